@@ -1,0 +1,1 @@
+"""Running scenarios and sweeps, the calibration protocol, statistics, figures and the CLI."""

@@ -1,0 +1,54 @@
+"""`wadiloco`: the one entry point. Each subcommand lives in the module that owns its work and
+registers itself through `add_parser(subparsers)`; this file only dispatches and turns
+`InputError` into a one-paragraph message and exit code 2 (never a traceback)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from models.errors import InputError
+
+# Modules that contribute subcommands; each defines add_parser(subparsers).
+COMMAND_MODULES = ["experiments.commands"]
+OPTIONAL_MODULES = ["experiments.sweep_cli"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default exits 2 with usage; keep it, but one paragraph
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="wadiloco", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for mod in COMMAND_MODULES:
+        importlib.import_module(mod).add_parser(sub)
+    for mod in OPTIONAL_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+            continue
+        m.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc = args.func(args)
+    except InputError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

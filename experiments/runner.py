@@ -1,0 +1,40 @@
+"""Run one (scenario, policy, seed, draw): the unit every command and sweep is made of.
+
+Matched controls (a policy whose params name a `reference`) first run the reference policy on
+the same seed and inherit its merge count, so the control and the reference see the same
+arrivals (common random numbers) and the same merge budget.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from models.config import Scenario
+from models.policies import POLICIES, parse_policy
+from sim.fleet import RunResult, simulate
+
+
+def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
+    cls, p = parse_policy(policy, params)
+    ref = getattr(p, "reference", None)
+    if not ref:
+        return None
+    ref_params = dict(getattr(p, "reference_params", None) or {})
+    return ref, ref_params
+
+
+def run_one(sc: Scenario, seed: int, policy: str | None = None, params: dict[str, Any] | None = None,
+            draw: int = 0, check: bool | None = None) -> RunResult:
+    policy = policy or sc.policy.name
+    if params is None and policy == sc.policy.name:
+        params = sc.policy.params
+    ref = reference_of(policy, params)
+    ref_merges = None
+    if ref is not None:
+        ref_res = run_one(sc, seed, ref[0], ref[1], 0, check)
+        ref_merges = ref_res.summary["merges"]
+    res = simulate(sc, seed, policy, params or {}, draw=draw, reference_merges=ref_merges, check=check)
+    res.summary["reference_merges"] = ref_merges
+    return res
+
+
+__all__ = ["run_one", "reference_of", "POLICIES"]

@@ -1,0 +1,1 @@
+"""Plain, SimPy-free domain logic: latency, workloads, traces, training, policies."""

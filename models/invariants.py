@@ -1,0 +1,56 @@
+"""Invariants every run must satisfy; tests run them after every simulation, and
+`monitor.check_invariants: true` (or `wadiloco run --check`) runs them in normal use."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+def check_requests(r: dict[str, np.ndarray], n_arrived: int) -> None:
+    if len(r["arrival"]) != n_arrived:
+        raise InvariantError(f"request conservation: {len(r['arrival'])} recorded vs {n_arrived} arrived")
+    done = r["completed"]
+    fin, ft, adm, arr = r["finish"], r["first_token"], r["admitted"], r["arrival"]
+    if np.any(done & np.isnan(ft)):
+        raise InvariantError("a completed request has no first-token time")
+    with np.errstate(invalid="ignore"):
+        if np.any(adm < arr - 1e-9):
+            raise InvariantError("a request was admitted before it arrived")
+        if np.any(ft < adm - 1e-9):
+            raise InvariantError("a first token came before admission")
+        if np.any(fin < ft - 1e-9):
+            raise InvariantError("a request finished before its first token")
+        if np.any(~np.isnan(ft) & np.isnan(adm)):
+            raise InvariantError("a request produced a token without being admitted")
+
+
+def check_corridor(merge_steps: list[int], h_min: int, h_max: int, final_step: int) -> None:
+    prev = 0
+    for s in merge_steps:
+        gap = s - prev
+        if not (h_min <= gap <= h_max):
+            raise InvariantError(f"merge at step {s}: gap {gap} outside corridor [{h_min}, {h_max}]")
+        prev = s
+    # The tail before the horizon may be shorter than h_min but never longer than h_max (+1 for
+    # the step in flight when the horizon fell).
+    if final_step - prev > h_max + 1:
+        raise InvariantError(f"no merge for {final_step - prev} steps before the horizon (h_max {h_max})")
+
+
+def check_merges(merges) -> None:
+    for m in merges:
+        if not (m.decided_at <= m.start <= m.end):
+            raise InvariantError(f"merge {m.index}: times out of order")
+        t = m.start
+        for name, (a, b) in m.phases.items():
+            if a < t - 1e-12 or b < a:
+                raise InvariantError(f"merge {m.index}: phase {name} out of order")
+            t = b
+
+
+def check_peak_load(peak: float) -> None:
+    if peak > 1.0 + 1e-9:
+        raise InvariantError(f"a link was allocated {peak:.6f} x its capacity")

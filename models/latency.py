@@ -1,0 +1,78 @@
+"""Serving step latency, fitted by OLS to the H200 measurements.
+
+The model is the one SPEC.md names: t = a + b*prefill_tokens + c*sum(decode context) + d*batch,
+fitted to the p50 of every decode row (batch B at context ctx: sum_ctx = B*ctx, batch = B) and every
+prefill row (T tokens: prefill_tokens = T, batch = 1). Step times span 4 ms to 195 ms, so plain OLS
+would fit the long prefills and miss decode steps by ~45%; we fit OLS on the rows scaled by 1/y
+(relative error, i.e. WLS with weights 1/y^2) and report R^2 of the unscaled predictions, so the
+short decode steps that dominate serving are fitted as well as the prefills. The fit is cheap, but
+statsmodels is slow to import, so it runs once per process.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+CALIBRATION_FILE = "h200_llama8b_interference.json"
+
+
+def load_calibration(path: str | Path | None = None) -> dict:
+    if path is None:
+        text = resources.files("models.data").joinpath(CALIBRATION_FILE).read_text()
+    else:
+        text = Path(path).read_text()
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    a: float  # s, fixed cost of an iteration
+    b: float  # s per prefill token
+    c: float  # s per context token read by decoding requests
+    d: float  # s per sequence in the batch
+    r2: float
+    n: int
+    max_rel_err: float
+
+    def gpu_time(self, prefill_tokens: float, sum_ctx: float, batch: int) -> float:
+        return self.a + self.b * prefill_tokens + self.c * sum_ctx + self.d * batch
+
+    def describe(self) -> str:
+        return (f"t = {self.a * 1e3:.4f} ms + {self.b * 1e6:.4f} us*prefill_tokens "
+                f"+ {self.c * 1e9:.4f} ns*sum_ctx + {self.d * 1e6:.4f} us*batch   "
+                f"(relative-error OLS on {self.n} p50 rows, R^2 = {self.r2:.4f}, max |rel err| = {self.max_rel_err:.1%})")
+
+
+def design_rows(cal: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) with X columns [1, prefill_tokens, sum_ctx, batch] and y in seconds."""
+    X, y = [], []
+    for r in cal["latency_model"]["decode"]:
+        X.append([1.0, 0.0, r["batch"] * r["ctx"], r["batch"]])
+        y.append(r["p50_ms"] / 1e3)
+    for r in cal["latency_model"]["prefill"]:
+        X.append([1.0, r["tokens"], 0.0, 1.0])
+        y.append(r["p50_ms"] / 1e3)
+    return np.asarray(X, float), np.asarray(y, float)
+
+
+def fit_latency(cal: dict | None = None) -> LatencyModel:
+    import statsmodels.api as sm
+
+    cal = cal if cal is not None else load_calibration()
+    X, y = design_rows(cal)
+    res = sm.WLS(y, X, weights=1.0 / y**2).fit()
+    a, b, c, d = (float(v) for v in res.params)
+    pred = X @ res.params
+    r2 = 1.0 - float(np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
+    return LatencyModel(a, b, c, d, r2=r2, n=len(y),
+                        max_rel_err=float(np.max(np.abs(pred - y) / y)))
+
+
+@lru_cache(maxsize=1)
+def default_latency() -> LatencyModel:
+    return fit_latency()

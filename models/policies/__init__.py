@@ -1,0 +1,49 @@
+"""Policy registry: a new policy is one module here plus one `@register` line."""
+from __future__ import annotations
+
+from typing import Any
+
+from models.errors import InputError
+from models.policies.base import Observation, Policy, PolicyContext, FutureView, LearnerSignals, Params
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    if not cls.name:
+        raise ValueError("a policy needs a name")
+    POLICIES[cls.name] = cls
+    return cls
+
+
+def parse_policy(name: str, params: dict[str, Any] | None, file: object = "<policy>", where: str = "policy"):
+    """Validate a policy name and its params; returns (class, params object)."""
+    from models.config import validate
+
+    if name not in POLICIES:
+        raise InputError(file, f"{where}.name", f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
+    cls = POLICIES[name]
+    if params is not None and not isinstance(params, dict):
+        raise InputError(file, f"{where}.params", "must be a mapping of parameter names to values")
+    return cls, validate(cls.Params, params or {}, file, f"{where}.params")
+
+
+def make_policy(name: str, params: dict[str, Any] | None, ctx: PolicyContext, file: object = "<policy>") -> Policy:
+    cls, p = parse_policy(name, params, file)
+    return cls(p, ctx)
+
+
+def describe_policies() -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(POLICIES):
+        cls = POLICIES[name]
+        fields = {k: (f.default if not f.is_required() else "<required>") for k, f in cls.Params.model_fields.items()}
+        out.append({"name": name, "oracle": cls.oracle, "summary": cls.summary, "params": fields})
+    return out
+
+
+# Built-in policies register themselves on import.
+from models.policies import no_sync, fixed  # noqa: E402,F401
+
+__all__ = ["POLICIES", "register", "parse_policy", "make_policy", "describe_policies", "Observation", "Policy",
+           "PolicyContext", "FutureView", "LearnerSignals", "Params"]

@@ -1,0 +1,92 @@
+"""What a merge policy may see and how it is registered.
+
+A policy is asked at every inner-step boundary (the first island to reach step k asks for k)
+and answers merge-now or not. It receives only an `Observation`: a frozen snapshot of the
+fleet's past and present, built by the coordinator. Online policies never get the simulator,
+the workload or the trace; the arrival times they could forecast from arrive binned, up to now.
+Only classes with `oracle = True` are handed a `FutureView` (the whole arrival schedule) before
+the run, and `Policy.prepare` refuses it otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+
+class Params(BaseModel):
+    """Base of every policy's parameter model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+@dataclass(frozen=True)
+class LearnerSignals:
+    dloss: float  # modelled loss reduction since the last merge
+    tokens: float  # tokens contributed since the last merge
+    staleness: int  # inner steps since the last merge
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float
+    step: int  # the inner step just completed by the leading island
+    last_merge_step: int  # 0 before the first merge
+    merges: int
+    h_min: int
+    h_max: int
+    step_time_s: float  # configured mean inner-step time (what a controller knows)
+    learners: tuple[LearnerSignals, ...]
+    p_net: float  # [0,1] network utilisation over the pressure window
+    p_srv: float  # [0,1] serving load relative to capacity over the window
+    p_ckpt: float  # [0,1] checkpoint store busy fraction over the window
+    queue_len: int  # requests waiting fleet-wide, now
+    running: int  # requests in batches fleet-wide, now
+    bin_s: float  # width of an arrival-count bin
+    arrival_counts: np.ndarray = field(repr=False)  # fleet-wide arrivals per bin, past bins only
+    merge_duration_s: float = 0.0  # mean duration of merges so far (0 before the first)
+
+    @property
+    def steps_since_merge(self) -> int:
+        return self.step - self.last_merge_step
+
+
+@dataclass(frozen=True)
+class FutureView:
+    """Only for oracles: the whole fleet arrival schedule (times of every request, sorted)."""
+
+    arrival_times: np.ndarray
+    horizon_s: float
+    step_time_s: float
+    n_sidecars: int
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    h_min: int
+    h_max: int
+    seed: int
+    draw: int = 0
+    reference_merges: int | None = None  # matched controls: the reference run's merge count
+    rng: Any = None  # np.random.Generator of the policy's own stream
+
+
+class Policy:
+    name: ClassVar[str] = ""
+    oracle: ClassVar[bool] = False
+    respects_corridor: ClassVar[bool] = True
+    Params: ClassVar[type[Params]] = Params
+    summary: ClassVar[str] = ""
+
+    def __init__(self, params: Params, ctx: PolicyContext):
+        self.p = params
+        self.ctx = ctx
+
+    def prepare(self, future: FutureView) -> None:
+        """Oracles override this; it is called only for classes with `oracle = True`."""
+        raise PermissionError(f"policy {self.name!r} is online and may not read the future")
+
+    def decide(self, obs: Observation) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError

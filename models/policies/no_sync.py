@@ -1,0 +1,13 @@
+"""`no_sync`: never merge. Every claim is measured against it (same seed, same load)."""
+from models.policies import register
+from models.policies.base import Observation, Policy
+
+
+@register
+class NoSync(Policy):
+    name = "no_sync"
+    respects_corridor = False
+    summary = "never merges; the load-match baseline"
+
+    def decide(self, obs: Observation) -> bool:
+        return False

@@ -1,0 +1,1 @@
+"""SimPy wiring: shared resources, serving engines, learners and the fleet that joins them."""

@@ -1,0 +1,212 @@
+"""Shared capacity as weighted max-min fair sharing: the one contention mechanism.
+
+A `Fabric` holds `Link`s (a GPU, a host's CPU path, PCIe, a NIC, a WAN link, the checkpoint
+store) and `Job`s that each cross one or more links with some amount of work (GPU-seconds,
+CPU-seconds, gigabits). Whenever a job starts or ends, rates are re-assigned by progressive
+filling (weighted max-min fairness): every link splits what it has left among its unfrozen jobs
+in proportion to their weights, the tightest link (or a job's own `max_rate`) freezes first.
+So a transfer is bounded by the slowest shared link on its path, and a serving iteration that
+shares a GPU with an outer step of weight w runs at 1/(1+w) of full speed. Nothing is slowed by
+a rule; a link with `capacity=inf` never constrains anything, which is how tests show that an
+unlimited resource removes the interference it causes.
+
+A job with infinite work is a *hold*: it presses on its links until `stop()` (e.g. checkpoint
+serialisation keeps the host CPU busy for as long as the storage write lasts).
+
+Hot-path support: a serving engine that finds its links empty runs without submitting jobs and
+registers as the links' `occupant`; the fabric calls the occupant back the moment any job
+arrives on such a link, at the same simulated instant, so the engine can hand over the rest of
+its iteration as ordinary jobs. The result is exact, and the uncontended common case costs no
+fabric work at all.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import simpy
+
+INF = math.inf
+EPS = 1e-12
+
+
+class Link:
+    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "peak_load")
+
+    def __init__(self, name: str, capacity: float):
+        if not capacity > 0:
+            raise ValueError(f"link {name}: capacity must be > 0")
+        self.name = name
+        self.capacity = capacity
+        self.jobs: list[Job] = []
+        self.occupant: Callable[[], None] | None = None
+        self.used = 0.0  # integral of allocated rate over time (capacity-units * s)
+        self.peak_load = 0.0  # largest allocated rate / capacity seen
+
+    @property
+    def unlimited(self) -> bool:
+        return self.capacity == INF
+
+    def idle(self) -> bool:
+        return not self.jobs
+
+
+class Job:
+    __slots__ = ("links", "remaining", "weight", "max_rate", "rate", "finish", "done", "tag", "started")
+
+    def __init__(self, links, work, weight, max_rate, done, tag, now):
+        self.links = links
+        self.remaining = work
+        self.weight = weight
+        self.max_rate = max_rate
+        self.rate = 0.0
+        self.finish = INF
+        self.done = done
+        self.tag = tag
+        self.started = now
+
+
+class Fabric:
+    def __init__(self, env: simpy.Environment, name: str = "fabric", check: bool = False):
+        self.env = env
+        self.name = name
+        self.links: dict[str, Link] = {}
+        self.jobs: list[Job] = []
+        self._t = env.now
+        self._gen = 0
+        self.check = check  # assert capacities on every re-allocation (invariant mode)
+
+    def link(self, name: str, capacity: float) -> Link:
+        lk = Link(name, capacity)
+        self.links[name] = lk
+        return lk
+
+    # -- public API ---------------------------------------------------------------------------
+    def start(self, links: list[Link], work: float, weight: float = 1.0, max_rate: float = INF,
+              tag: object = None) -> Job:
+        """Begin a job; `job.done` fires when its work is done (never, for a hold)."""
+        if weight <= 0:
+            raise ValueError("weight must be > 0")
+        job = Job(links, work, weight, max_rate, self.env.event(), tag, self.env.now)
+        self._advance()
+        if work <= 0:
+            job.done.succeed(job)
+            return job
+        self.jobs.append(job)
+        for lk in links:
+            lk.jobs.append(job)
+        self._reallocate()
+        for lk in links:
+            occ = lk.occupant
+            if occ is not None:
+                lk.occupant = None
+                occ()
+        return job
+
+    def stop(self, job: Job) -> None:
+        """End a job early (a hold, or a cancelled transfer)."""
+        if job not in self.jobs:
+            return
+        self._advance()
+        self._remove(job)
+        self._reallocate()
+
+    def utilisation(self, lk: Link) -> float:
+        """Current allocated rate over capacity (0 for an unlimited link)."""
+        if lk.unlimited:
+            return 0.0
+        return sum(j.rate for j in lk.jobs) / lk.capacity
+
+    # -- mechanics ----------------------------------------------------------------------------
+    def _remove(self, job: Job) -> None:
+        self.jobs.remove(job)
+        for lk in job.links:
+            lk.jobs.remove(job)
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._t
+        if dt > 0:
+            for j in self.jobs:
+                if j.remaining != INF:
+                    j.remaining -= j.rate * dt
+                for lk in j.links:
+                    lk.used += j.rate * dt
+        self._t = now
+
+    def _reallocate(self) -> None:
+        jobs = self.jobs
+        for j in jobs:
+            j.rate = -1.0
+        left = {id(lk): lk.capacity for j in jobs for lk in j.links}
+        pending = list(jobs)
+        while pending:
+            # Tightest constraint: a link's fair level, or a job's own cap.
+            best, best_link = INF, None
+            wsum: dict[int, float] = {}
+            for j in pending:
+                for lk in j.links:
+                    wsum[id(lk)] = wsum.get(id(lk), 0.0) + j.weight
+            for j in pending:
+                for lk in j.links:
+                    lvl = left[id(lk)] / wsum[id(lk)]
+                    if lvl < best:
+                        best, best_link = lvl, lk
+            cap_job = min(pending, key=lambda j: j.max_rate / j.weight)
+            if cap_job.max_rate / cap_job.weight <= best:
+                frozen = [cap_job]
+                level = cap_job.max_rate / cap_job.weight
+            else:
+                frozen = [j for j in pending if best_link in j.links]
+                level = best
+            for j in frozen:
+                j.rate = j.weight * level
+                for lk in j.links:
+                    left[id(lk)] = max(0.0, left[id(lk)] - j.rate)
+            fz = set(map(id, frozen))
+            pending = [j for j in pending if id(j) not in fz]
+        now = self.env.now
+        nxt = INF
+        for j in jobs:
+            if j.rate == INF:
+                j.finish = now
+            elif j.rate > 0 and j.remaining != INF:
+                j.finish = now + j.remaining / j.rate
+            else:
+                j.finish = INF
+            if j.finish < nxt:
+                nxt = j.finish
+        if self.check:
+            self.assert_capacities()
+        for j in jobs:
+            for lk in j.links:
+                if not lk.unlimited:
+                    load = sum(x.rate for x in lk.jobs) / lk.capacity
+                    if load > lk.peak_load:
+                        lk.peak_load = load
+        self._gen += 1
+        if nxt < INF:
+            gen = self._gen
+            ev = self.env.timeout(max(0.0, nxt - now))
+            ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        self._advance()
+        now = self.env.now
+        finished = [j for j in self.jobs if j.finish <= now + EPS * max(1.0, now)]
+        for j in finished:
+            self._remove(j)
+        self._reallocate()
+        for j in finished:
+            j.remaining = 0.0
+            j.done.succeed(j)
+
+    def assert_capacities(self) -> None:
+        for lk in self.links.values():
+            if lk.unlimited:
+                continue
+            total = sum(j.rate for j in lk.jobs)
+            if total > lk.capacity * (1 + 1e-9) + 1e-12:
+                raise AssertionError(f"{self.name}/{lk.name}: allocated {total} > capacity {lk.capacity}")

@@ -1,0 +1,308 @@
+"""Build one simulated fleet from a scenario and run it: the only place SimPy objects meet.
+
+Resources live in fabrics (sim.fabric): one for the network and checkpoint storage, one per host
+for its GPUs, CPU path and PCIe. Sidecar engines, islands and merge phases are the jobs on them.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from models.capacity import sidecar_capacity_rps
+from models.config import Scenario
+from models.interference import InterferenceWeights, default_weights
+from models.latency import LatencyModel, default_latency
+from models import invariants as inv
+from models.metrics import request_table, summarize
+from models.policies import POLICIES, make_policy
+from models.policies.base import FutureView, LearnerSignals, Observation, PolicyContext
+from models.rng import stream
+from models.training import ProgressModel
+from models.workloads import arrivals_hash, generate_arrivals
+from sim.engine import Sidecar
+from sim.fabric import INF, Fabric
+from sim.topology import build_graph, host_node, ring_allreduce_flows, route
+from sim.training import PHASES, MergeRecord, Trainer
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    policy: str
+    seed: int
+    draw: int
+    summary: dict[str, Any]
+    requests: dict[str, np.ndarray] = field(repr=False)
+    merges: list[MergeRecord] = field(repr=False)
+    timeline: dict[str, np.ndarray] = field(repr=False)
+    decisions: list[tuple[int, float, bool]] = field(repr=False)
+
+
+def resolve_weights(sc: Scenario) -> InterferenceWeights:
+    w = default_weights()
+    o = sc.interference
+    return InterferenceWeights(
+        gpu_outer=w.gpu_outer if o.gpu_outer_weight is None else o.gpu_outer_weight,
+        gpu_stage=w.gpu_stage if o.gpu_stage_weight is None else o.gpu_stage_weight,
+        host_ckpt=w.host_ckpt if o.host_ckpt_weight is None else o.host_ckpt_weight,
+        host_stage=w.host_stage if o.host_stage_weight is None else o.host_stage_weight,
+        eager_host_s=w.eager_host_s, graph_gpu_s=w.graph_gpu_s)
+
+
+def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
+    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs."""
+    return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
+
+
+class HostRes:
+    """One host's shared resources."""
+
+    def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
+        unl = set(sc.fleet.unlimited)
+        gpu_cap = INF if "gpu" in unl else 1.0
+        self.fabric = Fabric(env, name, check)
+        self.gpus = [self.fabric.link(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
+        self.learner_gpu = self.fabric.link("learner_gpu", gpu_cap)
+        self.cpu = self.fabric.link("cpu", INF if "host" in unl else 1.0)
+        self.pcie = self.fabric.link("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
+
+
+class Fleet:
+    def __init__(self, sc: Scenario, seed: int, policy_name: str | None = None,
+                 policy_params: dict | None = None, *, draw: int = 0, reference_merges: int | None = None,
+                 check: bool | None = None, arrivals=None, latency: LatencyModel | None = None):
+        self.sc = sc
+        self.seed = int(seed)
+        self.draw = draw
+        self.check = sc.monitor.check_invariants if check is None else check
+        self.env = env = simpy.Environment()
+        self.lat = latency or default_latency()
+        self.w = resolve_weights(sc)
+        self.host_s = engine_host_s(sc, self.w)
+        fc = sc.fleet
+        self.horizon = sc.horizon_s
+
+        # ---- workload (common random numbers: depends on seed and scenario only) ----
+        seen_caps: list[float] = []
+
+        def capacity(mean_prompt: float, mean_output: float) -> float:
+            cap = sidecar_capacity_rps(self.lat, sc.engine.max_num_seqs, self.host_s, mean_prompt, mean_output)
+            seen_caps.append(cap)
+            return cap
+
+        self.arrivals = arrivals if arrivals is not None else generate_arrivals(
+            sc.workload, n_sidecars=fc.n_sidecars, horizon_s=sc.horizon_s, capacity_rps=capacity,
+            seed=self.seed, base_dir=sc.base_dir, file=sc.source)
+        self.capacity_rps = seen_caps[-1] if seen_caps else None
+
+        # ---- resources ----
+        self.hosts: list[HostRes] = []
+        for i in range(fc.islands):
+            for h in range(fc.hosts_per_island):
+                self.hosts.append(HostRes(env, host_node(i, h), fc.sidecars_per_host, sc, self.check))
+        self.net = Fabric(env, "net", self.check)
+        self.graph = build_graph(fc, sc.merge.checkpoint_gbps)
+        self.edge_links = {(u, v): self.net.link(f"{u}->{v}", d["capacity"]) for u, v, d in self.graph.edges(data=True)}
+        self.backplanes = {n: self.net.link(f"{n}/backplane", d["backplane_gbps"])
+                           for n, d in self.graph.nodes(data=True) if d.get("kind") == "switch"}
+        ser = INF if "storage" in fc.unlimited else sc.merge.serialize_gbps
+        self.serialize = [self.net.link(f"{hr.fabric.name}/serialize", ser) for hr in self.hosts]
+
+        # ---- serving ----
+        self.sidecars: list[Sidecar] = []
+        for s in range(fc.n_sidecars):
+            hr = self.hosts[s // fc.sidecars_per_host]
+            self.sidecars.append(Sidecar(
+                env, s, self.arrivals[s], self.lat, max_num_seqs=sc.engine.max_num_seqs,
+                max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=self.host_s,
+                fabric=hr.fabric, gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpu,
+                fast_forward=sc.engine.fast_forward))
+
+        # ---- training ----
+        self.progress = ProgressModel(sc.training.params, sc.training.tokens_per_step, fc.islands,
+                                      sc.training.initial_loss_tokens)
+        name = policy_name or sc.policy.name
+        params = sc.policy.params if policy_params is None and name == sc.policy.name else (policy_params or {})
+        self.policy_name = name
+        ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, self.seed, draw, reference_merges,
+                            stream(self.seed, "policy", name, draw))
+        self.policy = make_policy(name, params, ctx, sc.source)
+        if POLICIES[name].oracle:
+            times = np.sort(np.concatenate([a.t for a in self.arrivals])) if self.arrivals else np.empty(0)
+            self.policy.prepare(FutureView(times, sc.horizon_s, sc.training.step_time_s, fc.n_sidecars))
+
+        # ---- monitor (timeline and pressure windows; past only) ----
+        self.bin_s = sc.monitor.sample_s
+        self.tl: dict[str, list[float]] = {k: [] for k in ("t", "arrivals", "queue", "running", "merging",
+                                                            "p_net", "p_ckpt")}
+        self._arr_seen = [0] * len(self.sidecars)
+        self._used_prev: dict[str, float] = {}
+        self.merging = False
+        env.process(self._monitor())
+        self.trainer = Trainer(self, self.policy, sc.horizon_s)
+
+    # ---- merge phases ----------------------------------------------------------------------
+    def run_phase(self, phase: str):
+        sc, fc, w = self.sc, self.sc.fleet, self.w
+        env = self.env
+        self.merging = True
+        per_host = sc.training.params / fc.hosts_per_island
+        jobs = []
+        if phase == "stage":
+            gbits = per_host * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
+            for hr in self.hosts:
+                holds = [hr.fabric.start([hr.cpu], INF, w.host_stage, 1.0, ("hold", "stage"))] if w.host_stage > 0 else []
+                if fc.colocation == "same_gpu" and w.gpu_stage > 0:
+                    holds += [hr.fabric.start([g], INF, w.gpu_stage, 1.0, ("hold", "stage")) for g in hr.gpus]
+                j = hr.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
+                j.done.callbacks.append(lambda _e, f=hr.fabric, hs=holds: [f.stop(x) for x in hs])
+                jobs.append(j)
+        elif phase == "allreduce":
+            gb = per_host * sc.merge.pseudo_grad_bytes_per_param
+            for src, dst, gbits in ring_allreduce_flows(fc, gb):
+                jobs.append(self.net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce")))
+        elif phase == "outer":
+            work = per_host / sc.merge.outer_elements_per_s
+            for hr in self.hosts:
+                gpu = hr.gpus[0] if fc.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
+                jobs.append(hr.fabric.start([gpu], work, w.gpu_outer, 1.0, ("merge", "outer")))
+        elif phase == "ckpt":
+            gbits = per_host * sc.merge.checkpoint_bytes_per_param * 8 / 1e9
+            for k, hr in enumerate(self.hosts):
+                holds = [hr.fabric.start([hr.cpu], INF, w.host_ckpt, 1.0, ("hold", "ckpt"))] if w.host_ckpt > 0 else []
+                path = [self.serialize[k]] + self._path(hr.fabric.name, "store")
+                j = self.net.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
+                j.done.callbacks.append(lambda _e, f=hr.fabric, hs=holds: [f.stop(x) for x in hs])
+                jobs.append(j)
+        else:  # pragma: no cover
+            raise ValueError(phase)
+        pending = [j.done for j in jobs if not j.done.triggered]
+        if pending:
+            yield env.all_of(pending)
+        self.merging = phase != PHASES[-1]
+
+    def _path(self, src: str, dst: str):
+        edges = route(self.graph, src, dst)
+        links = [self.edge_links[e] for e in edges]
+        nodes = [edges[0][0]] + [v for _, v in edges] if edges else []
+        links += [self.backplanes[n] for n in nodes if n in self.backplanes]
+        return links
+
+    # ---- observation -------------------------------------------------------------------------
+    def _window_mean(self, key: str) -> float:
+        n = max(1, int(round(self.sc.monitor.pressure_window_s / self.bin_s)))
+        xs = self.tl[key][-n:]
+        return float(sum(xs) / len(xs)) if xs else 0.0
+
+    def observe(self, step: int, tr: Trainer) -> Observation:
+        now = self.env.now
+        last = tr.last_merge_step
+        signals = []
+        for k in tr.island_step:
+            stale = max(0, k - last)
+            signals.append(LearnerSignals(self.progress.dloss_if_merged(stale) / len(tr.island_step),
+                                          stale * self.sc.training.tokens_per_step, stale))
+        counts = np.asarray(self.tl["arrivals"], dtype=float)
+        n = max(1, int(round(self.sc.monitor.pressure_window_s / self.bin_s)))
+        recent = counts[-n:]
+        rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
+        queue = sum(s.queue_len(now) for s in self.sidecars)
+        running = sum(s.running() for s in self.sidecars)
+        cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
+        p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0,
+                             queue / max(1, self.sc.engine.max_num_seqs * len(self.sidecars))))
+        done = [m for m in tr.merges if m.end > 0]
+        return Observation(
+            now=now, step=step, last_merge_step=last, merges=len(done),
+            h_min=self.sc.merge.h_min, h_max=self.sc.merge.h_max, step_time_s=self.sc.training.step_time_s,
+            learners=tuple(signals), p_net=min(1.0, self._window_mean("p_net")), p_srv=p_srv,
+            p_ckpt=min(1.0, self._window_mean("p_ckpt")), queue_len=queue, running=running, bin_s=self.bin_s,
+            arrival_counts=counts, merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0)
+
+    def _monitor(self):
+        env = self.env
+        wan = [lk for (u, v), lk in self.edge_links.items() if self.graph.edges[u, v]["kind"] in ("wan", "nic")]
+        store = [lk for (u, v), lk in self.edge_links.items() if self.graph.edges[u, v]["kind"] == "storage"]
+        prev = {id(lk): 0.0 for lk in wan + store}
+        end = self.horizon + self.sc.drain_s
+        while env.now < end:
+            yield env.timeout(self.bin_s)
+            now = env.now
+            self.net._advance()
+
+            def util(lks):
+                best = 0.0
+                for lk in lks:
+                    du = lk.used - prev[id(lk)]
+                    prev[id(lk)] = lk.used
+                    if not lk.unlimited:
+                        best = max(best, du / (lk.capacity * self.bin_s))
+                return best
+
+            arrived = 0
+            for k, s in enumerate(self.sidecars):
+                seen = int(np.searchsorted(s.t_arr, now, side="right"))
+                arrived += seen - self._arr_seen[k]
+                self._arr_seen[k] = seen
+            tl = self.tl
+            tl["t"].append(now)
+            tl["arrivals"].append(arrived)
+            tl["queue"].append(sum(s.queue_len(now) for s in self.sidecars))
+            tl["running"].append(sum(s.running() for s in self.sidecars))
+            tl["merging"].append(1.0 if self.merging else 0.0)
+            tl["p_net"].append(util(wan))
+            tl["p_ckpt"].append(util(store))
+
+    def peak_link_load(self) -> float:
+        links = list(self.net.links.values()) + [lk for hr in self.hosts for lk in hr.fabric.links.values()]
+        return max((lk.peak_load for lk in links), default=0.0)
+
+    def check_invariants(self, req, merges) -> None:
+        n_arrived = sum(len(a.t) for a in self.arrivals)
+        inv.check_requests(req, n_arrived)
+        inv.check_merges(merges)
+        inv.check_peak_load(self.peak_link_load())
+        if POLICIES[self.policy_name].respects_corridor:
+            inv.check_corridor([m.step for m in merges], self.sc.merge.h_min, self.sc.merge.h_max,
+                               max(self.trainer.island_step))
+        if not POLICIES[self.policy_name].oracle and getattr(self.policy, "_future_seen", False):
+            raise inv.InvariantError("an online policy was given the future")
+
+    # ---- run ---------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        t0 = time.perf_counter()
+        self.env.run(until=self.horizon + self.sc.drain_s)
+        wall = time.perf_counter() - t0
+        merges = [m for m in self.trainer.merges if m.end > 0]
+        req = request_table(
+            [(s.t_arr, np.asarray(s.prompt, dtype=np.int64), np.asarray(s.output, dtype=np.int64),
+              s.admitted, s.first_token, s.finish) for s in self.sidecars],
+            self.sc.slo.ttft_s, self.sc.slo.tpot_s, merges)
+        unmerged = max(self.trainer.island_step) - self.trainer.last_merge_step if self.trainer.island_step else 0
+        summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s)
+        summary.update({
+            "scenario": self.sc.name, "policy": self.policy_name, "seed": self.seed, "draw": self.draw,
+            "merge_steps": [m.step for m in merges],
+            "final_loss": self.progress.final_loss(unmerged),
+            "inner_steps": max(self.trainer.island_step) if self.trainer.island_step else 0,
+            "sim_time_s": float(self.env.now), "wall_time_s": wall,
+            "arrivals_hash": arrivals_hash(self.arrivals),
+            "capacity_rps_per_sidecar": self.capacity_rps,
+            "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
+            "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
+        })
+        summary["peak_link_load"] = self.peak_link_load()
+        if self.check:
+            self.check_invariants(req, merges)
+        tl = {k: np.asarray(v, dtype=float) for k, v in self.tl.items()}
+        return RunResult(self.sc.name, self.policy_name, self.seed, self.draw, summary, req, merges, tl,
+                         list(self.trainer.decision_log))
+
+
+def simulate(sc: Scenario, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw) -> RunResult:
+    return Fleet(sc, seed, policy, params, **kw).run()

@@ -1,0 +1,34 @@
+"""Shared test fixtures."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Make the project importable when pytest runs from a plain checkout (not pip-installed).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _find_shared() -> Path | None:
+    """The shared data folder: ../shared next to the checkout, else $WADILOCO_SHARED."""
+    candidates = [Path(__file__).resolve().parents[2] / "shared"]
+    if os.environ.get("WADILOCO_SHARED"):
+        candidates.append(Path(os.environ["WADILOCO_SHARED"]).expanduser())
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """Path to shared/ (traces, calibration); skips the test if it is not available."""
+    found = _find_shared()
+    if found is None:
+        pytest.skip("shared data folder not found: expected ../shared next to the checkout "
+                    "or WADILOCO_SHARED pointing at it")
+    return found
