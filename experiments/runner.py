@@ -23,17 +23,21 @@ def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[
 
 
 def run_one(sc: Scenario, seed: int, policy: str | None = None, params: dict[str, Any] | None = None,
-            draw: int = 0, check: bool | None = None) -> RunResult:
+            draw: int = 0, check: bool | None = None, reference: dict[str, int] | None = None,
+            **fleet_kw) -> RunResult:
+    """`reference` ({"merges": n, "steps": s}) skips re-running the reference: a sweep runs it once
+    per seed and hands its figures to every draw."""
     policy = policy or sc.policy.name
     if params is None and policy == sc.policy.name:
         params = sc.policy.params
     ref = reference_of(policy, params)
-    ref_merges = None
-    if ref is not None:
-        ref_res = run_one(sc, seed, ref[0], ref[1], 0, check)
-        ref_merges = ref_res.summary["merges"]
-    res = simulate(sc, seed, policy, params or {}, draw=draw, reference_merges=ref_merges, check=check)
-    res.summary["reference_merges"] = ref_merges
+    if ref is not None and reference is None:
+        ref_res = run_one(sc, seed, ref[0], ref[1], 0, check, **fleet_kw)
+        reference = {"merges": ref_res.summary["merges"], "steps": ref_res.summary["inner_steps"]}
+    res = simulate(sc, seed, policy, params or {}, draw=draw, check=check,
+                   reference_merges=reference["merges"] if reference else None,
+                   reference_steps=reference["steps"] if reference else None, **fleet_kw)
+    res.summary["reference_merges"] = reference["merges"] if reference else None
     return res
 
 

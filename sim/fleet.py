@@ -75,7 +75,8 @@ class HostRes:
 class Fleet:
     def __init__(self, sc: Scenario, seed: int, policy_name: str | None = None,
                  policy_params: dict | None = None, *, draw: int = 0, reference_merges: int | None = None,
-                 check: bool | None = None, arrivals=None, latency: LatencyModel | None = None):
+                 reference_steps: int | None = None, check: bool | None = None, arrivals=None,
+                 latency: LatencyModel | None = None):
         self.sc = sc
         self.seed = int(seed)
         self.draw = draw
@@ -129,7 +130,7 @@ class Fleet:
         name = policy_name or sc.policy.name
         params = sc.policy.params if policy_params is None and name == sc.policy.name else (policy_params or {})
         self.policy_name = name
-        ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, self.seed, draw, reference_merges,
+        ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, self.seed, draw, reference_merges, reference_steps,
                             stream(self.seed, "policy", name, draw))
         self.policy = make_policy(name, params, ctx, sc.source)
         if POLICIES[name].oracle:

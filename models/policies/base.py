@@ -70,6 +70,7 @@ class PolicyContext:
     seed: int
     draw: int = 0
     reference_merges: int | None = None  # matched controls: the reference run's merge count
+    reference_steps: int | None = None  # ... and the inner steps it completed
     rng: Any = None  # np.random.Generator of the policy's own stream
 
 
