@@ -65,6 +65,7 @@ class Sidecar:
         self.busy_time = 0.0
         self.contended_iterations = 0
         self._interruptible = False
+        self.iter_log: list[tuple[float, float]] | None = None  # (start, end) per step, when probing
         self.proc = env.process(self.run())
 
     # -- observation helpers (present state only) ---------------------------------------------
@@ -128,14 +129,15 @@ class Sidecar:
             # ---- how many iterations can run as one closed-form step ----
             k = 1
             dg = c * self.n_dec
-            if self.ff and not chunks and self.n_dec:
+            free = self.gpu.idle() and self.host.idle()
+            if free and self.ff and not chunks and self.n_dec:
                 k = self.fin_heap[0][0] - self.diter
                 room = self.n_dec < self.max_seqs and self.next_i < self.n
                 if room and k > 1:
                     k = iters_to_reach(self._t_list[self.next_i] - now, g0, dg, h, k)
             # ---- run them ----
             to_book = k
-            if self.gpu.idle() and self.host.idle():
+            if free:
                 span = run_time(k, g0, dg, h)
                 self._interruptible = True
                 self.gpu.occupant = self._wake
@@ -160,6 +162,8 @@ class Sidecar:
                 self.contended_iterations += 1
                 yield from self._shared_iteration(g0, h)
             end = env.now
+            if self.iter_log is not None:
+                self.iter_log.append((now, end))
             self.busy_time += end - now
             self.iterations += k
             # ---- book the results ----
