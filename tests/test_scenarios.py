@@ -1,0 +1,137 @@
+"""Scenario files load, bad ones fail with a message naming the file and field, and the CLI
+turns that into exit 2 with no traceback and no output files."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from models.config import load_scenario, with_overrides
+from models.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+REGIMES = {"normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic", "azure_conv",
+           "mooncake_synthetic"}
+
+
+def test_every_regime_has_a_scenario():
+    assert {p.stem for p in SCENARIOS} >= REGIMES
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_loads(path, shared_dir):
+    sc = load_scenario(path)
+    assert sc.name == path.stem
+    assert len(sc.digest()) == 16
+
+
+BASE = {"name": "x", "workload": {"kind": "normal"}, "policy": {"name": "fixed", "params": {"H": 256}}}
+
+BAD = [
+    # (patch applied to BASE, field the message must name)
+    ({"horizon_s": -5}, "horizon_s"),
+    ({"horizon_s": 0}, "horizon_s"),
+    ({"horizon_s": "long"}, "horizon_s"),
+    ({"horizon_s": float("nan")}, "horizon_s"),
+    ({"horizon_s": float("inf")}, "horizon_s"),
+    ({"typo_field": 1}, "typo_field"),
+    ({"fleet": {"islands": 0}}, "fleet.islands"),
+    ({"fleet": {"islandz": 2}}, "fleet.islandz"),
+    ({"fleet": {"colocation": "same_rack"}}, "fleet.colocation"),
+    ({"fleet": {"unlimited": ["cpu"]}}, "fleet.unlimited"),
+    ({"fleet": {"nic_gbps": 0}}, "fleet.nic_gbps"),
+    ({"fleet": {"wan_efficiency": 1.5}}, "fleet.wan_efficiency"),
+    ({"engine": {"max_num_seqs": 0}}, "engine.max_num_seqs"),
+    ({"slo": {"ttft_s": 0}}, "slo.ttft_s"),
+    ({"slo": {"tpot_s": -1}}, "slo.tpot_s"),
+    ({"merge": {"h_min": 600, "h_max": 512}}, "merge"),
+    ({"merge": {"checkpoint_gbps": -1}}, "merge.checkpoint_gbps"),
+    ({"training": {"step_time_s": 0}}, "training.step_time_s"),
+    ({"workload": {"kind": "nope"}}, "workload.kind"),
+    ({"workload": {"kind": "normal", "load": -0.5}}, "workload.load"),
+    ({"workload": {"kind": "normal", "lod": 0.5}}, "workload.lod"),
+    ({"workload": {"kind": "trace", "path": "missing.csv"}}, "workload.path"),
+    ({"policy": {"name": "smartest"}}, "policy.name"),
+    ({"policy": {"name": "fixed", "params": {"H": -3}}}, "policy.params.H"),
+    ({"policy": {"name": "fixed", "params": {"h": 3}}}, "policy.params.h"),
+    ({"monitor": {"sample_s": 0}}, "monitor.sample_s"),
+]
+
+
+def _write(tmp_path, doc) -> Path:
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return p
+
+
+def _merge(base, patch):
+    out = dict(base)
+    for k, v in patch.items():
+        out[k] = v
+    return out
+
+
+@pytest.mark.parametrize("patch,field", BAD, ids=[f for _, f in BAD])
+def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
+    p = _write(tmp_path, _merge(BASE, patch))
+    with pytest.raises(InputError) as ei:
+        load_scenario(p)
+    msg = str(ei.value)
+    assert str(p) in msg and field in msg, msg
+
+
+@pytest.mark.parametrize("text,where", [
+    ("name: [unclosed\n", "line"),
+    ("- just\n- a list\n", "top level"),
+    ("", "top level"),
+    ("name: x\nname: y\n\tbad: tab\n", "line"),
+])
+def test_malformed_yaml(tmp_path, text, where):
+    p = _write(tmp_path, text)
+    with pytest.raises(InputError) as ei:
+        load_scenario(p)
+    assert str(p) in str(ei.value) and where in str(ei.value)
+
+
+def test_missing_file():
+    with pytest.raises(InputError, match="file not found"):
+        load_scenario("/nonexistent/scenario.yaml")
+
+
+def test_overrides_revalidate():
+    sc = load_scenario(ROOT / "scenarios" / "normal.yaml")
+    assert with_overrides(sc, {"fleet.interisland_gbps": 10}).fleet.interisland_gbps == 10
+    with pytest.raises(InputError, match="fleet.interisland_gbps"):
+        with_overrides(sc, {"fleet.interisland_gbps": -1})
+    with pytest.raises(InputError, match="no such field"):
+        with_overrides(sc, {"fleet.nope": 1})
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("patch,field", BAD[:6] + BAD[14:16] + BAD[21:23], ids=lambda x: str(x)[:20])
+def test_cli_bad_scenario_exit_2_no_traceback_no_output(tmp_path, patch, field):
+    p = _write(tmp_path, _merge(BASE, patch))
+    out = tmp_path / "out"
+    r = _cli("run", str(p), "--out", str(out))
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and field in r.stderr and str(p) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cli_unknown_policy_and_bad_param(tmp_path):
+    sc = ROOT / "scenarios" / "normal.yaml"
+    r = _cli("run", str(sc), "--policy", "bogus")
+    assert r.returncode == 2 and "unknown policy" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("run", str(sc), "--policy", "fixed", "--param", "H=zero")
+    assert r.returncode == 2 and "H" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("run", str(sc), "--seed", "x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
