@@ -26,13 +26,15 @@ from models.batching import iters_to_reach, iters_within, run_time
 from models.latency import LatencyModel
 from sim.fabric import Fabric, Link
 
+hold_share = Fabric.hold_share
+
 NAN = float("nan")
 
 
 class Sidecar:
     def __init__(self, env: simpy.Environment, idx: int, arrivals, lat: LatencyModel, *,
                  max_num_seqs: int, max_num_batched_tokens: int, host_s: float,
-                 fabric: Fabric, gpu: Link, host: Link, fast_forward: bool = True):
+                 gpu: Link, host: Link, fast_forward: bool = True):
         self.env = env
         self.idx = idx
         self.t_arr = arrivals.t
@@ -44,7 +46,6 @@ class Sidecar:
         self.max_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.h = host_s
-        self.fabric = fabric
         self.gpu = gpu
         self.host = host
         self.ff = fast_forward
@@ -129,16 +130,24 @@ class Sidecar:
             # ---- how many iterations can run as one closed-form step ----
             k = 1
             dg = c * self.n_dec
-            free = self.gpu.idle() and self.host.idle()
+            # Speeds on our GPU and host: 1 when alone, a constant share when only merge holds
+            # press on them, None when finite jobs share them (then the fabric must decide).
+            rg = 1.0 if not self.gpu.jobs else hold_share(self.gpu)
+            rh = 1.0 if not self.host.jobs else hold_share(self.host)
+            free = rg is not None and rh is not None
             if free and self.ff and not chunks and self.n_dec:
                 k = self.fin_heap[0][0] - self.diter
                 room = self.n_dec < self.max_seqs and self.next_i < self.n
                 if room and k > 1:
-                    k = iters_to_reach(self._t_list[self.next_i] - now, g0, dg, h, k)
+                    k = iters_to_reach(self._t_list[self.next_i] - now, g0 / rg, dg / rg, h / rh, k)
             # ---- run them ----
             to_book = k
             if free:
-                span = run_time(k, g0, dg, h)
+                # Exact: our rates cannot change before the occupant callback wakes us.
+                sg, sdg, sh = g0 / rg, dg / rg, h / rh
+                if rg < 1.0 or rh < 1.0:
+                    self.contended_iterations += k
+                span = run_time(k, sg, sdg, sh)
                 self._interruptible = True
                 self.gpu.occupant = self._wake
                 self.host.occupant = self._wake
@@ -148,16 +157,16 @@ class Sidecar:
                     self.gpu.occupant = None
                     self.host.occupant = None
                 except simpy.Interrupt:
-                    # Merge work arrived on our GPU/host: finish the current iteration under sharing.
+                    # The jobs on our GPU/host changed: finish the current iteration in the fabric.
                     el = env.now - now
-                    done = iters_within(el, g0, dg, h, k)
+                    done = iters_within(el, sg, sdg, sh, k)
                     if done < k:
-                        e = el - run_time(done, g0, dg, h)
+                        e = el - run_time(done, sg, sdg, sh)
                         self._advance_decode(done)
                         k = done + 1
                         to_book = 1
                         self.contended_iterations += 1
-                        yield from self._shared_iteration(g0 + done * dg - e, h - e)
+                        yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
             else:
                 self.contended_iterations += 1
                 yield from self._shared_iteration(g0, h)
@@ -172,9 +181,9 @@ class Sidecar:
             self._complete(end)
 
     def _shared_iteration(self, g: float, h: float):
-        fab = self.fabric
-        jg = fab.start([self.gpu], g, 1.0, 1.0, ("serve", self.idx)) if g > 0 else None
-        jh = fab.start([self.host], h, 1.0, 1.0, ("serve", self.idx)) if h > 0 else None
+        gpu, host = self.gpu, self.host
+        jg = gpu.fabric.start([gpu], g, 1.0, 1.0, ("serve", self.idx)) if g > 0 else None
+        jh = host.fabric.start([host], h, 1.0, 1.0, ("serve", self.idx)) if h > 0 else None
         if jg is not None:
             yield jg.done
         if jh is not None:

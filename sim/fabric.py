@@ -31,7 +31,7 @@ EPS = 1e-12
 
 
 class Link:
-    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "peak_load")
+    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "peak_load", "fabric")
 
     def __init__(self, name: str, capacity: float):
         if not capacity > 0:
@@ -42,6 +42,7 @@ class Link:
         self.occupant: Callable[[], None] | None = None
         self.used = 0.0  # integral of allocated rate over time (capacity-units * s)
         self.peak_load = 0.0  # largest allocated rate / capacity seen
+        self.fabric: Fabric | None = None
 
     @property
     def unlimited(self) -> bool:
@@ -78,6 +79,7 @@ class Fabric:
 
     def link(self, name: str, capacity: float) -> Link:
         lk = Link(name, capacity)
+        lk.fabric = self
         self.links[name] = lk
         return lk
 
@@ -96,12 +98,50 @@ class Fabric:
         for lk in links:
             lk.jobs.append(job)
         self._reallocate()
+        self._notify(links)
+        return job
+
+    @staticmethod
+    def _notify(links) -> None:
         for lk in links:
             occ = lk.occupant
             if occ is not None:
                 lk.occupant = None
                 occ()
-        return job
+
+    @staticmethod
+    def hold_share(lk: Link, weight: float = 1.0, max_rate: float = 1.0) -> float | None:
+        """Rate a new job would get on `lk` if every job there is a hold (infinite work) on this
+        link alone; None otherwise. While holds are all there is, this rate stays constant until
+        the link's job set changes (and the occupant is told), so a serving engine can run at it
+        without joining the fabric."""
+        if lk.capacity == INF or not lk.jobs:
+            return max_rate if max_rate < INF else None
+        ws, caps = [weight], [max_rate]
+        for j in lk.jobs:
+            if j.remaining != INF or len(j.links) != 1:
+                return None
+            ws.append(j.weight)
+            caps.append(j.max_rate)
+        # water-filling on one link
+        left, wsum = lk.capacity, sum(ws)
+        order = sorted(range(len(ws)), key=lambda i: caps[i] / ws[i])
+        for n, i in enumerate(order):
+            level = left / wsum
+            if caps[i] / ws[i] <= level:
+                if i == 0:
+                    return caps[0]
+                left -= caps[i]
+                wsum -= ws[i]
+            else:
+                return weight * level
+        return weight * left / wsum if wsum > 0 else max_rate
+
+    @staticmethod
+    def release(jobs) -> None:
+        """Stop holds, each on its own fabric."""
+        for j in jobs:
+            j.links[0].fabric.stop(j)
 
     def stop(self, job: Job) -> None:
         """End a job early (a hold, or a cancelled transfer)."""
@@ -110,6 +150,7 @@ class Fabric:
         self._advance()
         self._remove(job)
         self._reallocate()
+        self._notify(job.links)
 
     def utilisation(self, lk: Link) -> float:
         """Current allocated rate over capacity (0 for an unlimited link)."""

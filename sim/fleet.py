@@ -60,16 +60,24 @@ def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
 
 
 class HostRes:
-    """One host's shared resources."""
+    """One host's shared resources. No job crosses two of them, so each is its own fabric and a
+    change on one (a serving iteration on the GPU) never re-allocates another."""
 
     def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
         unl = set(sc.fleet.unlimited)
         gpu_cap = INF if "gpu" in unl else 1.0
-        self.fabric = Fabric(env, name, check)
-        self.gpus = [self.fabric.link(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
-        self.learner_gpu = self.fabric.link("learner_gpu", gpu_cap)
-        self.cpu = self.fabric.link("cpu", INF if "host" in unl else 1.0)
-        self.pcie = self.fabric.link("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
+        self.name = name
+
+        def own(res: str, cap: float):
+            return Fabric(env, f"{name}/{res}", check).link(res, cap)
+
+        self.gpus = [own(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
+        self.learner_gpu = own("learner_gpu", gpu_cap)
+        self.cpu = own("cpu", INF if "host" in unl else 1.0)
+        self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
+
+    def links(self):
+        return [*self.gpus, self.learner_gpu, self.cpu, self.pcie]
 
 
 class Fleet:
@@ -112,7 +120,7 @@ class Fleet:
         self.backplanes = {n: self.net.link(f"{n}/backplane", d["backplane_gbps"])
                            for n, d in self.graph.nodes(data=True) if d.get("kind") == "switch"}
         ser = INF if "storage" in fc.unlimited else sc.merge.serialize_gbps
-        self.serialize = [self.net.link(f"{hr.fabric.name}/serialize", ser) for hr in self.hosts]
+        self.serialize = [self.net.link(f"{hr.name}/serialize", ser) for hr in self.hosts]
 
         # ---- serving ----
         self.sidecars: list[Sidecar] = []
@@ -121,7 +129,7 @@ class Fleet:
             self.sidecars.append(Sidecar(
                 env, s, self.arrivals[s], self.lat, max_num_seqs=sc.engine.max_num_seqs,
                 max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=self.host_s,
-                fabric=hr.fabric, gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpu,
+                gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpu,
                 fast_forward=sc.engine.fast_forward))
 
         # ---- training ----
@@ -154,14 +162,19 @@ class Fleet:
         self.merging = True
         per_host = sc.training.params / fc.hosts_per_island
         jobs = []
+
+        def hold(link, weight, name):
+            """Merge work that presses on `link` for as long as its phase's transfer lasts."""
+            return link.fabric.start([link], INF, weight, 1.0, ("hold", name))
+
         if phase == "stage":
             gbits = per_host * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
             for hr in self.hosts:
-                holds = [hr.fabric.start([hr.cpu], INF, w.host_stage, 1.0, ("hold", "stage"))] if w.host_stage > 0 else []
+                holds = [hold(hr.cpu, w.host_stage, "stage")] if w.host_stage > 0 else []
                 if fc.colocation == "same_gpu" and w.gpu_stage > 0:
-                    holds += [hr.fabric.start([g], INF, w.gpu_stage, 1.0, ("hold", "stage")) for g in hr.gpus]
-                j = hr.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
-                j.done.callbacks.append(lambda _e, f=hr.fabric, hs=holds: [f.stop(x) for x in hs])
+                    holds += [hold(g, w.gpu_stage, "stage") for g in hr.gpus]
+                j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
+                j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
                 jobs.append(j)
         elif phase == "allreduce":
             gb = per_host * sc.merge.pseudo_grad_bytes_per_param
@@ -171,14 +184,14 @@ class Fleet:
             work = per_host / sc.merge.outer_elements_per_s
             for hr in self.hosts:
                 gpu = hr.gpus[0] if fc.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
-                jobs.append(hr.fabric.start([gpu], work, w.gpu_outer, 1.0, ("merge", "outer")))
+                jobs.append(gpu.fabric.start([gpu], work, w.gpu_outer, 1.0, ("merge", "outer")))
         elif phase == "ckpt":
             gbits = per_host * sc.merge.checkpoint_bytes_per_param * 8 / 1e9
             for k, hr in enumerate(self.hosts):
-                holds = [hr.fabric.start([hr.cpu], INF, w.host_ckpt, 1.0, ("hold", "ckpt"))] if w.host_ckpt > 0 else []
-                path = [self.serialize[k]] + self._path(hr.fabric.name, "store")
+                holds = [hold(hr.cpu, w.host_ckpt, "ckpt")] if w.host_ckpt > 0 else []
+                path = [self.serialize[k]] + self._path(hr.name, "store")
                 j = self.net.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
-                j.done.callbacks.append(lambda _e, f=hr.fabric, hs=holds: [f.stop(x) for x in hs])
+                j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
                 jobs.append(j)
         else:  # pragma: no cover
             raise ValueError(phase)
@@ -214,9 +227,15 @@ class Fleet:
         rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
         queue = sum(s.queue_len(now) for s in self.sidecars)
         running = sum(s.running() for s in self.sidecars)
+        # p_srv: serving load relative to capacity over the pressure window, the larger of
+        # (a) the arrival rate over the fleet's request capacity (unknown when arrivals were
+        # injected; then only (b) counts) and (b) the mean occupancy, (waiting + in batch) over the
+        # fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
         cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
+        slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
+        occ = [(q + r) / slots for q, r in zip(self.tl["queue"][-n:], self.tl["running"][-n:])]
         p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0,
-                             queue / max(1, self.sc.engine.max_num_seqs * len(self.sidecars))))
+                             float(sum(occ) / len(occ)) if occ else 0.0))
         done = [m for m in tr.merges if m.end > 0]
         return Observation(
             now=now, step=step, last_merge_step=last, merges=len(done),
@@ -260,7 +279,7 @@ class Fleet:
             tl["p_ckpt"].append(util(store))
 
     def peak_link_load(self) -> float:
-        links = list(self.net.links.values()) + [lk for hr in self.hosts for lk in hr.fabric.links.values()]
+        links = list(self.net.links.values()) + [lk for hr in self.hosts for lk in hr.links()]
         return max((lk.peak_load for lk in links), default=0.0)
 
     def check_invariants(self, req, merges) -> None:
