@@ -10,7 +10,7 @@ import sys
 from models.errors import InputError
 
 # Modules that contribute subcommands; each defines add_parser(subparsers).
-COMMAND_MODULES = ["experiments.commands"]
+COMMAND_MODULES = ["experiments.commands", "experiments.planning_cli"]
 OPTIONAL_MODULES = ["experiments.sweep_cli"]
 
 
