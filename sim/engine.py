@@ -135,19 +135,25 @@ class Sidecar:
             rg = 1.0 if not self.gpu.jobs else hold_share(self.gpu)
             rh = 1.0 if not self.host.jobs else hold_share(self.host)
             free = rg is not None and rh is not None
-            if free and self.ff and not chunks and self.n_dec:
-                k = self.fin_heap[0][0] - self.diter
-                room = self.n_dec < self.max_seqs and self.next_i < self.n
-                if room and k > 1:
-                    k = iters_to_reach(self._t_list[self.next_i] - now, g0 / rg, dg / rg, h / rh, k)
+            if free:
+                sg, sdg, sh = (g0, dg, h) if rg == 1.0 and rh == 1.0 else (g0 / rg, dg / rg, h / rh)
+                if self.ff and not chunks and self.n_dec:
+                    k = self.fin_heap[0][0] - self.diter
+                    span = run_time(k, sg, sdg, sh)
+                    if k > 1 and self.n_dec < self.max_seqs and self.next_i < self.n:
+                        # stop at the first boundary at or after the next admissible arrival
+                        wait = self._t_list[self.next_i] - now
+                        if span > wait:
+                            k = iters_to_reach(wait, sg, sdg, sh, k)
+                            span = run_time(k, sg, sdg, sh)
+                else:
+                    span = sh if sh > sg else sg
             # ---- run them ----
             to_book = k
             if free:
                 # Exact: our rates cannot change before the occupant callback wakes us.
-                sg, sdg, sh = g0 / rg, dg / rg, h / rh
                 if rg < 1.0 or rh < 1.0:
                     self.contended_iterations += k
-                span = run_time(k, sg, sdg, sh)
                 self._interruptible = True
                 self.gpu.occupant = self._wake
                 self.host.occupant = self._wake
@@ -177,8 +183,10 @@ class Sidecar:
             self.iterations += k
             # ---- book the results ----
             self._advance_decode(to_book)
-            self._finish_prefills(chunks, end)
-            self._complete(end)
+            if chunks:
+                self._finish_prefills(chunks, end)
+            if self.fin_heap and self.fin_heap[0][0] <= self.diter:
+                self._complete(end)
 
     def _shared_iteration(self, g: float, h: float):
         gpu, host = self.gpu, self.host

@@ -14,7 +14,8 @@ A job with infinite work is a *hold*: it presses on its links until `stop()` (e.
 serialisation keeps the host CPU busy for as long as the storage write lasts).
 
 Hot-path support: a serving engine that finds its links empty runs without submitting jobs and
-registers as the links' `occupant`; the fabric calls the occupant back the moment any job
+registers as the links' `occupant` (one engine per link: each sidecar has its own GPU and CPU
+links); the fabric calls the occupant back the moment any job
 arrives on such a link, at the same simulated instant, so the engine can hand over the rest of
 its iteration as ordinary jobs. The result is exact, and the uncontended common case costs no
 fabric work at all.

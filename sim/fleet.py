@@ -61,7 +61,9 @@ def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
 
 class HostRes:
     """One host's shared resources. No job crosses two of them, so each is its own fabric and a
-    change on one (a serving iteration on the GPU) never re-allocates another."""
+    change on one (a serving iteration on the GPU) never re-allocates another. Each sidecar has
+    its own GPU and its own CPU path (its engine thread's core, launch queue and memory path);
+    host-wide merge work (staging, checkpoint serialisation) presses on every sidecar's CPU path."""
 
     def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
         unl = set(sc.fleet.unlimited)
@@ -73,11 +75,11 @@ class HostRes:
 
         self.gpus = [own(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
         self.learner_gpu = own("learner_gpu", gpu_cap)
-        self.cpu = own("cpu", INF if "host" in unl else 1.0)
+        self.cpus = [own(f"cpu{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)]
         self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
 
     def links(self):
-        return [*self.gpus, self.learner_gpu, self.cpu, self.pcie]
+        return [*self.gpus, *self.cpus, self.learner_gpu, self.pcie]
 
 
 class Fleet:
@@ -129,7 +131,7 @@ class Fleet:
             self.sidecars.append(Sidecar(
                 env, s, self.arrivals[s], self.lat, max_num_seqs=sc.engine.max_num_seqs,
                 max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=self.host_s,
-                gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpu,
+                gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpus[s % fc.sidecars_per_host],
                 fast_forward=sc.engine.fast_forward))
 
         # ---- training ----
@@ -170,7 +172,7 @@ class Fleet:
         if phase == "stage":
             gbits = per_host * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
             for hr in self.hosts:
-                holds = [hold(hr.cpu, w.host_stage, "stage")] if w.host_stage > 0 else []
+                holds = [hold(c, w.host_stage, "stage") for c in hr.cpus] if w.host_stage > 0 else []
                 if fc.colocation == "same_gpu" and w.gpu_stage > 0:
                     holds += [hold(g, w.gpu_stage, "stage") for g in hr.gpus]
                 j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
@@ -188,7 +190,7 @@ class Fleet:
         elif phase == "ckpt":
             gbits = per_host * sc.merge.checkpoint_bytes_per_param * 8 / 1e9
             for k, hr in enumerate(self.hosts):
-                holds = [hold(hr.cpu, w.host_ckpt, "ckpt")] if w.host_ckpt > 0 else []
+                holds = [hold(c, w.host_ckpt, "ckpt") for c in hr.cpus] if w.host_ckpt > 0 else []
                 path = [self.serialize[k]] + self._path(hr.name, "store")
                 j = self.net.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
                 j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
