@@ -1,11 +1,12 @@
 """A sidecar's serving capacity from the latency model, so load can be stated as utilisation.
 
-At saturation the batch holds `max_num_seqs` requests. Each request costs its prefill (b per
-prompt token, plus one batch slot d) and its share of the decode iterations it sits in: output
-tokens x (fixed iteration cost / batch + c x mean context + d). An iteration's fixed cost is
-max(a, host time) because the host part runs beside the GPU part. Regimes then mean the same
-thing when the latency model or engine settings change; tests check that a simulated sidecar
-is stable just below this rate and saturates above it.
+At saturation the batch holds B = `max_num_seqs` requests. By Little's law each request holds a
+slot for about `mean_output` iterations, so requests finish at lambda = B / (O * T) per second,
+where T is the iteration time. Each iteration then carries B decode tokens and lambda*T*P = B*P/O
+prefill tokens, so the GPU part is g = a + B * (b*P/O + c*(P + O/2) + d); the host part h runs
+beside it and T = max(h, g). If the prefill share exceeds the token budget, the budget binds
+instead. Regimes then mean the same thing when the latency model or engine settings change;
+tests check that a simulated sidecar keeps up just below this rate and falls behind above it.
 """
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from models.latency import LatencyModel
 
 
 def sidecar_capacity_rps(lat: LatencyModel, max_num_seqs: int, host_s: float,
-                         mean_prompt: float, mean_output: float) -> float:
+                         mean_prompt: float, mean_output: float, max_num_batched_tokens: int | None = None) -> float:
     B = max_num_seqs
-    fixed = max(lat.a, host_s)
-    per_req = lat.b * mean_prompt + lat.d + mean_output * (fixed / B + lat.c * (mean_prompt + mean_output / 2) + lat.d)
-    return 1.0 / per_req
+    P, O = mean_prompt, max(mean_output, 1.0)
+    prefill_per_iter = B * P / O
+    if max_num_batched_tokens is not None and prefill_per_iter > max_num_batched_tokens - B:
+        prefill_per_iter = max(1.0, max_num_batched_tokens - B)
+        B = prefill_per_iter * O / P  # the budget, not the slots, limits admissions
+    g = lat.a + lat.b * prefill_per_iter + lat.c * B * (P + O / 2) + lat.d * B
+    T = max(host_s, g)
+    return B / (O * T)

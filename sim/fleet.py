@@ -102,7 +102,8 @@ class Fleet:
         seen_caps: list[float] = []
 
         def capacity(mean_prompt: float, mean_output: float) -> float:
-            cap = sidecar_capacity_rps(self.lat, sc.engine.max_num_seqs, self.host_s, mean_prompt, mean_output)
+            cap = sidecar_capacity_rps(self.lat, sc.engine.max_num_seqs, self.host_s, mean_prompt, mean_output,
+                                       sc.engine.max_num_batched_tokens)
             seen_caps.append(cap)
             return cap
 

@@ -69,3 +69,24 @@ def test_more_wan_bandwidth_never_lowers_capacity():
     for a, b in zip(rates, rates[1:]):
         # within the CI: the faster WAN's upper CI end is not below the slower WAN's lower end
         assert b["max_rate_ci_high"] + 1e-9 >= a["max_rate_ci_low"] - spec.tol * a["per_seed"][0]["capacity_rps"]
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_capacity_estimate_separates_stable_from_saturated(graphs):
+    """The load unit means something: below capacity a sidecar keeps up, above it it falls behind."""
+    out = {}
+    for load in (0.9, 1.15):
+        sc = scenario_from_dict({"name": "c", "horizon_s": 400, "drain_s": 0,
+                                 "fleet": {"islands": 1, "hosts_per_island": 1},
+                                 "engine": {"cuda_graphs": graphs},
+                                 "workload": {"kind": "normal", "load": load}, "policy": {"name": "no_sync"}})
+        from sim.fleet import simulate
+
+        r = simulate(sc, 2)
+        offered = r.summary["requests"] / sc.horizon_s
+        served = r.summary["completed"] / sc.horizon_s
+        out[load] = (offered, served, r.timeline["queue"][-1])
+    off, srv, q = out[0.9]
+    assert srv >= 0.97 * off and q < 50
+    off, srv, q = out[1.15]
+    assert srv < 0.95 * off and q > 500
