@@ -55,13 +55,12 @@ def parse_params(items: list[str]) -> dict:
 def cmd_run(args) -> int:
     from experiments.output import dumps, prepare_dir, requests_csv, write_atomic
     from experiments.runner import run_one
-    from models.config import load_scenario
-    from models.policies import parse_policy
+    from models.config import check_policy, load_scenario
 
     sc = load_scenario(args.scenario)
     policy = args.policy or sc.policy.name
     params = parse_params(args.param) if args.param else (sc.policy.params if policy == sc.policy.name else {})
-    parse_policy(policy, params, "<command line>", "--policy")
+    check_policy(sc, policy, params, "<command line>", "--policy")
     out = prepare_dir(args.out) if args.out else None
     check = True if args.check else None
     res = run_one(sc, args.seed, policy, params, args.draw, check=check)

@@ -35,13 +35,12 @@ def _common(p) -> None:
 def _setup(args):
     from experiments.capacity import SearchSpec
     from experiments.commands import parse_params
-    from models.config import load_scenario
-    from models.policies import parse_policy
+    from models.config import check_policy, load_scenario
 
     sc = load_scenario(args.scenario)
     policy = args.policy or sc.policy.name
     params = parse_params(args.param) if args.param else (sc.policy.params if policy == sc.policy.name else {})
-    parse_policy(policy, params, "<command line>", "--policy")
+    check_policy(sc, policy, params, "<command line>", "--policy")
     if args.horizon is not None and not args.horizon > 0:
         raise InputError("<command line>", "--horizon", "must be > 0")
     if not args.tol > 0:

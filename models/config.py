@@ -208,11 +208,21 @@ def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | P
     sc.source = str(file)
     # Deep checks that need the registries (kind-specific fields).
     from models.workloads import parse_workload
-    from models.policies import parse_policy
 
     parse_workload(sc.workload, file, sc.base_dir)
-    parse_policy(sc.policy.name, sc.policy.params, file, "policy")
+    check_policy(sc, sc.policy.name, sc.policy.params, file, "policy")
     return sc
+
+
+def check_policy(sc: Scenario, name: str, params: dict | None, file: object, where: str):
+    """Validate a policy's params, and that they fit the scenario's merge corridor."""
+    from models.policies import parse_policy
+
+    cls, p = parse_policy(name, params, file, where)
+    problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max)
+    if problem:
+        raise InputError(file, f"{where}.params", problem)
+    return cls, p
 
 
 def load_scenario(path: str | Path) -> Scenario:

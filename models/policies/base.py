@@ -85,6 +85,11 @@ class Policy:
         self.p = params
         self.ctx = ctx
 
+    @classmethod
+    def check_corridor(cls, params: Params, h_min: int, h_max: int) -> str | None:
+        """A problem with these params under this corridor (the field name), or None."""
+        return None
+
     def prepare(self, future: FutureView) -> None:
         """Oracles override this; it is called only for classes with `oracle = True`."""
         raise PermissionError(f"policy {self.name!r} is online and may not read the future")

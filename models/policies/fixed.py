@@ -13,8 +13,13 @@ class FixedParams(Params):
 class Fixed(Policy):
     name = "fixed"
     Params = FixedParams
-    summary = "merge every H steps (H clipped into the corridor)"
+    summary = "merge every H steps"
+
+    @classmethod
+    def check_corridor(cls, params, h_min, h_max):
+        if not h_min <= params.H <= h_max:
+            return f"H = {params.H} lies outside the merge corridor [{h_min}, {h_max}] (merge.h_min/h_max)"
+        return None
 
     def decide(self, obs: Observation) -> bool:
-        h = min(max(self.p.H, obs.h_min), obs.h_max)
-        return obs.steps_since_merge >= h
+        return obs.steps_since_merge >= self.p.H
