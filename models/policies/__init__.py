@@ -37,13 +37,15 @@ def describe_policies() -> list[dict[str, Any]]:
     out = []
     for name in sorted(POLICIES):
         cls = POLICIES[name]
-        fields = {k: (f.default if not f.is_required() else "<required>") for k, f in cls.Params.model_fields.items()}
+        fields = {k: (f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
+                  for k, f in cls.Params.model_fields.items()}
         out.append({"name": name, "oracle": cls.oracle, "summary": cls.summary, "params": fields})
     return out
 
 
 # Built-in policies register themselves on import.
-from models.policies import no_sync, fixed  # noqa: E402,F401
+from models.policies import (no_sync, fixed, pressure_gated, wa_diloco, matched_random,  # noqa: E402,F401
+                             offline_calibrated, online_forecast)
 
 __all__ = ["POLICIES", "register", "parse_policy", "make_policy", "describe_policies", "Observation", "Policy",
            "PolicyContext", "FutureView", "LearnerSignals", "Params"]
