@@ -107,9 +107,12 @@ class Fleet:
             seen_caps.append(cap)
             return cap
 
-        self.arrivals = arrivals if arrivals is not None else generate_arrivals(
+        # Injected arrivals (metamorphic tests) still come with the scenario's own capacity figure,
+        # which a deployed controller would know from configuration, not from the arrivals.
+        generated = generate_arrivals(
             sc.workload, n_sidecars=fc.n_sidecars, horizon_s=sc.horizon_s, capacity_rps=capacity,
             seed=self.seed, base_dir=sc.base_dir, file=sc.source)
+        self.arrivals = arrivals if arrivals is not None else generated
         self.capacity_rps = seen_caps[-1] if seen_caps else None
 
         # ---- resources ----
