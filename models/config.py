@@ -66,6 +66,14 @@ class EngineConfig(Strict):
     host_overhead_s: float = Field(0.0049, ge=0, le=10)
     fast_forward: bool = True
 
+    @model_validator(mode="after")
+    def _budget_holds_a_decode_step(self):
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                             f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
+                             "one token per step")
+        return self
+
 
 class SLOConfig(Strict):
     """DistServe/Vidur-range thresholds."""

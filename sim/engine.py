@@ -152,8 +152,7 @@ class Sidecar:
             to_book = k
             if free:
                 # Exact: our rates cannot change before the occupant callback wakes us.
-                if rg < 1.0 or rh < 1.0:
-                    self.contended_iterations += k
+                slowed = rg < 1.0 or rh < 1.0
                 self._interruptible = True
                 self.gpu.occupant = self._wake
                 self.host.occupant = self._wake
@@ -169,10 +168,14 @@ class Sidecar:
                     if done < k:
                         e = el - run_time(done, sg, sdg, sh)
                         self._advance_decode(done)
+                        # the finished iterations ran at the old rates, the partial one is shared
+                        self.contended_iterations += (done if slowed else 0) + 1
                         k = done + 1
                         to_book = 1
-                        self.contended_iterations += 1
+                        slowed = False
                         yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
+                if slowed:
+                    self.contended_iterations += k
             else:
                 self.contended_iterations += 1
                 yield from self._shared_iteration(g0, h)

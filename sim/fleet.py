@@ -156,6 +156,8 @@ class Fleet:
         self.tl: dict[str, list[float]] = {k: [] for k in ("t", "arrivals", "queue", "running", "merging",
                                                             "p_net", "p_ckpt")}
         self._arr_seen = [0] * len(self.sidecars)
+        self._counts = np.zeros(int((sc.horizon_s + sc.drain_s) / self.bin_s) + 2)
+        self._n_bins = 0
         self._used_prev: dict[str, float] = {}
         self.merging = False
         env.process(self._monitor())
@@ -227,7 +229,7 @@ class Fleet:
             stale = max(0, k - last)
             signals.append(LearnerSignals(self.progress.dloss_if_merged(stale) / len(tr.island_step),
                                           stale * self.sc.training.tokens_per_step, stale))
-        counts = np.asarray(self.tl["arrivals"], dtype=float)
+        counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
         n = max(1, int(round(self.sc.monitor.pressure_window_s / self.bin_s)))
         recent = counts[-n:]
         rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
@@ -278,6 +280,9 @@ class Fleet:
             tl = self.tl
             tl["t"].append(now)
             tl["arrivals"].append(arrived)
+            if self._n_bins < len(self._counts):
+                self._counts[self._n_bins] = arrived
+                self._n_bins += 1
             tl["queue"].append(sum(s.queue_len(now) for s in self.sidecars))
             tl["running"].append(sum(s.running() for s in self.sidecars))
             tl["merging"].append(1.0 if self.merging else 0.0)

@@ -1,0 +1,174 @@
+"""Benchmarks on scenarios/bursty.yaml: the whole fleet, and one sidecar against the heapq reference.
+
+Timing rules: every figure is the median over `runs` repetitions; the runs of the modes being
+compared are interleaved (A B A B ...) so a change in machine load hits both alike; inputs
+(arrivals, latency fit) are built before the clock starts; one short untimed warm-up run comes first.
+Only `env.run` is timed for the fleet (building the fleet, which draws the arrivals, is reported
+separately as `setup_s`).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.harness import run_engine
+from benchmarks.reference import serve
+from models.config import Scenario, load_scenario, with_overrides
+from sim.fleet import Fleet
+
+ROOT = Path(__file__).resolve().parents[1]
+BURSTY = ROOT / "scenarios" / "bursty.yaml"
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def bursty_scenario(horizon_s: float | None = None) -> Scenario:
+    sc = load_scenario(BURSTY)
+    return with_overrides(sc, {"horizon_s": horizon_s}) if horizon_s else sc
+
+
+def processed_events(env, start) -> int:
+    """SimPy events processed since `start` = (next event id, queue length) taken before running.
+    Every scheduled event takes an id from env._eid; those still queued were not processed."""
+    eid0, q0 = start
+    eid1 = next(env._eid)
+    return (eid1 - eid0 - 1) - (len(env._queue) - q0)
+
+
+def event_mark(env):
+    return next(env._eid), len(env._queue)
+
+
+def time_fleet(sc: Scenario, seed: int) -> dict:
+    t0 = time.perf_counter()
+    fleet = Fleet(sc, seed)
+    setup = time.perf_counter() - t0
+    mark = event_mark(fleet.env)
+    t0 = time.perf_counter()
+    res = fleet.run()
+    wall = time.perf_counter() - t0
+    events = processed_events(fleet.env, mark)
+    s = res.summary
+    return {"wall_s": wall, "setup_s": setup, "sim_s": float(fleet.env.now), "events": events,
+            "engine_iterations": s["engine_iterations"], "requests": s["requests"], "merges": s["merges"],
+            "result": res}
+
+
+def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
+    """The fleet in fast-forward and in per-iteration mode, interleaved."""
+    ff_sc = with_overrides(sc, {"engine.fast_forward": True})
+    it_sc = with_overrides(sc, {"engine.fast_forward": False})
+    time_fleet(with_overrides(sc, {"horizon_s": min(30.0, sc.horizon_s)}), seed)  # warm-up (imports, fit)
+    ff, it = [], []
+    for _ in range(runs):
+        ff.append(time_fleet(ff_sc, seed))
+        it.append(time_fleet(it_sc, seed))
+    # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
+    diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
+
+    def summary(rs):
+        return {
+            "wall_s": median(r["wall_s"] for r in rs),
+            "setup_s": median(r["setup_s"] for r in rs),
+            "sim_s": rs[0]["sim_s"],
+            "events": rs[0]["events"],
+            "events_per_s": median(r["events"] / r["wall_s"] for r in rs),
+            "realtime_factor": median(r["sim_s"] / r["wall_s"] for r in rs),
+            "engine_iterations": rs[0]["engine_iterations"],
+            "requests": rs[0]["requests"],
+            "merges": rs[0]["merges"],
+            "wall_s_runs": [round(r["wall_s"], 4) for r in rs],
+        }
+
+    return {"fast_forward": summary(ff), "per_iteration": summary(it),
+            "fastforward_speedup": median(b["wall_s"] / a["wall_s"] for a, b in zip(ff, it)),
+            "ff_vs_per_iteration_max_diff_s": diff}
+
+
+def max_time_diff(a: dict, b: dict) -> float:
+    worst = 0.0
+    for k in ("admitted", "first_token", "finish"):
+        x, y = np.asarray(a[k], float), np.asarray(b[k], float)
+        if not np.array_equal(np.isnan(x), np.isnan(y)):
+            return float("inf")
+        m = ~np.isnan(x)
+        if m.any():
+            worst = max(worst, float(np.max(np.abs(x[m] - y[m]))))
+    return worst
+
+
+def heapq_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
+    """One sidecar, no merges: the engine (bare SimPy process, benchmarks/harness.py) against the
+    heapq reference on the same arrivals and latency model. Each of the scenario's per-sidecar
+    arrival streams is served on its own and the times are summed, so one measurement is long
+    enough to time; the engine runs as the scenario configures it (fast-forward on) and also
+    stepping one iteration at a time."""
+    fleet = Fleet(sc, seed)  # only for its arrivals, latency model and host time
+    streams = fleet.arrivals
+    kw = dict(max_num_seqs=sc.engine.max_num_seqs, max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+              host_s=fleet.host_s)
+    lat = fleet.lat
+    until = sc.horizon_s + sc.drain_s
+
+    def engine(ff: bool):
+        t0 = time.perf_counter()
+        out = [run_engine(a, lat, fast_forward=ff, until=until, **kw) for a in streams]
+        return time.perf_counter() - t0, out
+
+    def reference():
+        t0 = time.perf_counter()
+        out = [serve(a.t, a.prompt, a.output, lat, until=until, **kw) for a in streams]
+        return time.perf_counter() - t0, out
+
+    engine(True), reference()  # warm-up
+    t_ff, t_it, t_ref = [], [], []
+    for _ in range(runs):
+        dt, eng = engine(True)
+        t_ff.append(dt)
+        dt, ref = reference()
+        t_ref.append(dt)
+        dt, eng_it = engine(False)
+        t_it.append(dt)
+    diff = 0.0
+    for (sc_ff, _), (sc_it, _), r in zip(eng, eng_it, ref):
+        diff = max(diff, max_time_diff(vars(sc_ff), vars(r)), max_time_diff(vars(sc_it), vars(r)))
+    ref_events = sum(r.events for r in ref)
+    iterations = sum(r.iterations for r in ref)
+    return {
+        "sidecar_streams": len(streams),
+        "requests": int(sum(len(a) for a in streams)),
+        "engine_iterations": iterations,
+        "engine_ff_s": median(t_ff),
+        "engine_per_iteration_s": median(t_it),
+        "reference_s": median(t_ref),
+        "reference_events_per_s": median(ref_events / t for t in t_ref),
+        "heapq_ratio": median(a / b for a, b in zip(t_ff, t_ref)),
+        "heapq_ratio_per_iteration": median(a / b for a, b in zip(t_it, t_ref)),
+        "engine_vs_reference_max_diff_s": diff,
+    }
+
+
+def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
+    sc = bursty_scenario(horizon_s)
+    fl = fleet_benchmark(sc, runs, seed)
+    hq = heapq_benchmark(sc, runs, seed)
+    ff = fl["fast_forward"]
+    return {
+        "realtime_factor_bursty": ff["realtime_factor"],
+        "heapq_ratio": hq["heapq_ratio"],
+        "fastforward_speedup": fl["fastforward_speedup"],
+        "bursty": {
+            "scenario": str(BURSTY.relative_to(ROOT)),
+            "policy": sc.policy.name, "policy_params": dict(sc.policy.params),
+            "horizon_s": sc.horizon_s, "drain_s": sc.drain_s, "seed": seed,
+            **{k: v for k, v in ff.items()},
+            "per_iteration": fl["per_iteration"],
+            "ff_vs_per_iteration_max_diff_s": fl["ff_vs_per_iteration_max_diff_s"],
+        },
+        "heapq": hq,
+    }
