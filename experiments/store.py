@@ -1,0 +1,184 @@
+"""The results store: one SQLite file (`runs.sqlite`) in the sweep's output folder.
+
+- One row per run, primary key (scenario_hash, policy_label, params_hash, seed, draw).
+- Only the parent process writes. Each finished run is one INSERT ... ON CONFLICT DO UPDATE
+  statement in autocommit mode, i.e. its own transaction; WAL journal with synchronous=FULL. A
+  SIGKILL at any moment leaves every committed run intact and rolls back at most the one
+  in-flight statement, and the primary key makes a duplicate impossible.
+- `detail` keeps the no_sync runs' per-request end-to-end latencies (float32, zlib), which every
+  other run on the same (regime, seed) is compared with (common random numbers).
+- `status` is 'ok' or 'error' (with the error text). `--resume` skips 'ok' rows and retries the
+  rest; `attempts` counts how often a key was written.
+- `meta` holds the sweep's identity (its run set) and its JSON description, so `wadiloco report`
+  and `wadiloco export` need nothing but the folder.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator
+
+from models.errors import InputError
+
+STORE_NAME = "runs.sqlite"
+SCHEMA_VERSION = "1"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    scenario_hash TEXT NOT NULL,
+    policy_label  TEXT NOT NULL,
+    params_hash   TEXT NOT NULL,
+    seed          INTEGER NOT NULL,
+    draw          INTEGER NOT NULL,
+    regime        TEXT NOT NULL,
+    policy        TEXT NOT NULL,
+    params_json   TEXT NOT NULL,
+    status        TEXT NOT NULL CHECK (status IN ('ok', 'error')),
+    error         TEXT,
+    summary_json  TEXT,
+    timeline_json TEXT,
+    reference_json TEXT,
+    detail        BLOB,
+    wall_s        REAL,
+    attempts      INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (scenario_hash, policy_label, params_hash, seed, draw)
+) WITHOUT ROWID;
+"""
+
+UPSERT = """
+INSERT INTO runs (scenario_hash, policy_label, params_hash, seed, draw, regime, policy, params_json,
+                  status, error, summary_json, timeline_json, reference_json, detail, wall_s)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (scenario_hash, policy_label, params_hash, seed, draw) DO UPDATE SET
+    regime = excluded.regime, policy = excluded.policy, params_json = excluded.params_json,
+    status = excluded.status, error = excluded.error, summary_json = excluded.summary_json,
+    timeline_json = excluded.timeline_json, reference_json = excluded.reference_json,
+    detail = excluded.detail, wall_s = excluded.wall_s, attempts = runs.attempts + 1
+"""
+
+
+def _compact(obj: Any) -> str | None:
+    if obj is None:
+        return None
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+class Store:
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = Path(path)
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise InputError(self.path.parent, "",
+                                     f"no results store ({STORE_NAME}) here; run `wadiloco sweep SWEEP.yaml "
+                                     f"--out {self.path.parent}` first")
+                self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                                            timeout=30)
+            else:
+                self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.executescript(SCHEMA)
+            self.conn.execute("PRAGMA busy_timeout=30000")
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"not a readable results store ({e})") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _fail(self, e: sqlite3.Error, what: str):
+        raise InputError(self.path, "", f"cannot {what} the results store: {e}; completed runs already "
+                                        f"stored are intact") from None
+
+    # ---- meta ------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"not a results store of this tool ({e})") from None
+        return row[0] if row else None
+
+    def identity(self) -> str | None:
+        return self.meta("identity")
+
+    def plan(self) -> dict[str, Any]:
+        raw = self.meta("plan")
+        if raw is None:
+            raise InputError(self.path, "meta.plan", "the store has no sweep description (was the sweep "
+                                                     "killed before it started?); run the sweep again")
+        return json.loads(raw)
+
+    def set_plan(self, identity: str, plan: dict[str, Any]) -> None:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            for k, v in (("schema_version", SCHEMA_VERSION), ("plan", _compact(plan)), ("identity", identity)):
+                self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (k, v))
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self._fail(e, "write to")
+
+    # ---- runs ------------------------------------------------------------------------------
+    def record(self, key: tuple, regime: str, policy: str, params: dict, result: dict[str, Any],
+               reference: dict | None = None) -> None:
+        """Commit one finished run (its own transaction)."""
+        ok = result.get("status") == "ok"
+        row = (*key, regime, policy, _compact(params), "ok" if ok else "error",
+               None if ok else str(result.get("error", "unknown error"))[:20000],
+               _compact(result.get("summary")) if ok else None,
+               _compact(result.get("timeline")) if ok else None,
+               _compact(reference), result.get("detail") if ok else None, result.get("wall_s"))
+        try:
+            self.conn.execute(UPSERT, row)
+        except sqlite3.Error as e:
+            self._fail(e, "write to")
+
+    def status(self) -> dict[tuple, str]:
+        try:
+            cur = self.conn.execute("SELECT scenario_hash, policy_label, params_hash, seed, draw, status FROM runs")
+            return {tuple(r[:5]): r[5] for r in cur}
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"not a results store of this tool ({e})") from None
+
+    def summary(self, key: tuple) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            "SELECT summary_json FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
+            "AND seed=? AND draw=? AND status='ok'", key).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def detail(self, key: tuple) -> bytes | None:
+        """The packed per-request end-to-end latencies kept for baseline runs."""
+        row = self.conn.execute(
+            "SELECT detail FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
+            "AND seed=? AND draw=? AND status='ok'", key).fetchone()
+        return bytes(row[0]) if row and row[0] is not None else None
+
+    def rows(self, with_timeline: bool = False) -> Iterator[dict[str, Any]]:
+        cols = ["scenario_hash", "policy_label", "params_hash", "seed", "draw", "regime", "policy", "params_json",
+                "status", "error", "summary_json", "reference_json", "attempts"]
+        if with_timeline:
+            cols.append("timeline_json")
+        try:
+            cur = self.conn.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY scenario_hash, policy_label, "
+                                    f"params_hash, seed, draw")
+            for r in cur:
+                d = dict(zip(cols, r))
+                d["params"] = json.loads(d.pop("params_json"))
+                raw_s, raw_r = d.pop("summary_json"), d.pop("reference_json")
+                d["summary"] = json.loads(raw_s) if raw_s else None
+                d["reference"] = json.loads(raw_r) if raw_r else None
+                if with_timeline:
+                    raw = d.pop("timeline_json")
+                    d["timeline"] = json.loads(raw) if raw else None
+                yield d
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"cannot read the results store ({e})") from None
+
+    def counts(self) -> dict[str, int]:
+        cur = self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status")
+        return {k: v for k, v in cur}

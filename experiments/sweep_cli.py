@@ -1,0 +1,178 @@
+"""Subcommands for sweeps: sweep, report, export.
+
+    wadiloco sweep SWEEP.yaml --out DIR [--workers N] [--backend local|dask] [--scheduler ADDR] [--resume]
+    wadiloco report DIR
+    wadiloco export DIR --format csv|parquet [--output FILE]
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from models.errors import InputError
+
+
+def _positive_int(v: str) -> int:
+    import argparse
+
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {v!r}") from None
+    if n < 1 or n > 4096:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 4096, got {n}")
+    return n
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run regimes x policies x seeds with the calibration protocol")
+    p.add_argument("sweep", help="sweep YAML (see experiments/smoke.yaml)")
+    p.add_argument("--out", required=True, help="output folder: runs.sqlite, CSVs, report, figures/")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="worker processes (default: the number of cores; with --scheduler: the cluster's)")
+    p.add_argument("--backend", choices=["local", "dask"], default="local",
+                   help="local worker processes (default) or Dask")
+    p.add_argument("--scheduler", metavar="ADDR", help="address of an existing Dask scheduler (implies --backend dask)")
+    p.add_argument("--resume", action="store_true", help="continue a sweep in --out: skip completed runs, retry failed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures (CSVs and report only)")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="re-render a sweep's CSVs, figures and report from its store")
+    p.add_argument("dir", help="a sweep's output folder")
+    p.add_argument("--no-figures", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("export", help="export a sweep's store as one tidy table (one row per run)")
+    p.add_argument("dir", help="a sweep's output folder")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--output", help="file to write (default: DIR/export.csv or DIR/export.parquet)")
+    p.set_defaults(func=cmd_export)
+
+
+def _print_verdicts(summary) -> None:
+    for reg, s in summary.groupby("regime", sort=False):
+        print(f"{reg}:")
+        for row in s.itertuples(index=False):
+            if row.role != "policy":
+                continue
+            se = row.sync_excess_mean
+            ses = f"{se * 100:+.2f} pts" if se == se else "n/a"
+            print(f"  {row.policy:<32} sync-excess {ses:>11}  {row.verdict}")
+
+
+def cmd_sweep(args) -> int:
+    from experiments.report import render
+    from experiments.sweep import load_sweep
+    from experiments.sweeper import execute_plan
+
+    if args.scheduler and args.backend != "dask":
+        args.backend = "dask"
+    plan = load_sweep(args.sweep)
+    t0 = time.perf_counter()
+    try:
+        oc = execute_plan(plan, args.out, workers=args.workers, backend=args.backend, scheduler=args.scheduler,
+                          resume=args.resume, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"stopped: every completed run is saved in {Path(args.out) / 'runs.sqlite'}; "
+                         f"rerun with --resume to continue\n")
+        raise
+    wall = time.perf_counter() - t0
+    res = render(args.out, figures=not args.no_figures)
+    out = Path(args.out)
+    print(f"sweep {plan.spec.name}: {oc.total} runs ({oc.skipped} already done, {oc.ran} run now, "
+          f"{oc.errors} failed) on {oc.backend} with {oc.workers} worker(s) in {wall:.1f} s")
+    _print_verdicts(res["summary"])
+    loads = res["loads"]
+    if len(loads) and not loads["matched"].all():
+        print("WARNING: some policies saw different loads on the same seed; see report.md")
+    print(f"results: {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'report.md'}, {out / 'report.html'}")
+    errs = res["runs"]["status"].eq("error").sum()
+    if errs:
+        sys.stderr.write(f"{errs} run(s) failed (see the `error` column of runs.csv); rerun with --resume to "
+                         f"retry them\n")
+        return 1
+    return 0
+
+
+def cmd_report(args) -> int:
+    from experiments.report import render
+
+    d = Path(args.dir)
+    if not d.is_dir():
+        raise InputError(d, "", "no such folder")
+    res = render(d, figures=not args.no_figures)
+    _print_verdicts(res["summary"])
+    print(f"wrote {d / 'report.md'}, {d / 'report.html'}, runs.csv, summary.csv"
+          + (f" and {len(res['figures'])} figures" if res["figures"] else ""))
+    return 0
+
+
+def export_table(d: Path):
+    """Every stored run, summary fields flattened (dicts as `a.b` columns, lists as JSON), in a
+    deterministic order; no wall times or attempt counts, so it is identical across backends."""
+    import json
+
+    import pandas as pd
+
+    from experiments.report import load
+
+    plan, rows, store = load(d)
+    store.close()
+    from experiments import protocol
+
+    base = protocol.runs_table(plan, rows)
+    order = {(r["name"]): i for i, r in enumerate(plan["regimes"])}
+    arms = {a["label"]: i for i, a in enumerate(plan["arms"])}
+    regimes = {r["scenario_hash"]: r["name"] for r in plan["regimes"]}
+    recs = []
+    for r in rows:
+        rec = {"regime": regimes.get(r["scenario_hash"], r["scenario_hash"]), "policy": r["policy_label"],
+               "policy_name": r["policy"], "seed": r["seed"], "draw": r["draw"], "status": r["status"],
+               "error": r["error"] or "", "params": json.dumps(r["params"], sort_keys=True),
+               "scenario_hash": r["scenario_hash"], "params_hash": r["params_hash"]}
+        for k, v in sorted((r["summary"] or {}).items()):
+            if k in rec:
+                continue
+            if isinstance(v, dict):
+                for k2, v2 in sorted(v.items()):
+                    rec[f"{k}.{k2}"] = v2
+            elif isinstance(v, list):
+                rec[k] = json.dumps(v)
+            else:
+                rec[k] = v
+        recs.append(rec)
+    df = pd.DataFrame.from_records(recs)
+    if df.empty:
+        return df
+    df["_r"] = df["regime"].map(order).fillna(len(order))
+    df["_a"] = df["policy"].map(arms).fillna(len(arms))
+    df = df.sort_values(["_r", "_a", "seed", "draw"], kind="mergesort").drop(columns=["_r", "_a"])
+    df = df.merge(base[["regime", "policy", "seed", "draw", "sync_excess"]], on=["regime", "policy", "seed", "draw"],
+                  how="left", sort=False)
+    return df.reset_index(drop=True)
+
+
+def cmd_export(args) -> int:
+    import io
+
+    from experiments.output import write_atomic
+    from experiments.report import FLOAT_FORMAT
+
+    d = Path(args.dir)
+    if not d.is_dir():
+        raise InputError(d, "", "no such folder")
+    df = export_table(d)
+    target = Path(args.output) if args.output else d / f"export.{args.format}"
+    if args.format == "csv":
+        buf = io.StringIO()
+        df.to_csv(buf, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+        write_atomic(target, buf.getvalue())
+    else:
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False, engine="pyarrow")
+        write_atomic(target, buf.getvalue())
+    print(f"wrote {len(df)} runs x {df.shape[1]} columns to {target}")
+    return 0

@@ -1,0 +1,408 @@
+"""Sweeps end to end: schema errors, the store, resume after SIGKILL, failing runs, local vs Dask.
+
+The sweeps here are `experiments/smoke.yaml` shrunk to 60 s horizons on a 2-host fleet (about
+0.1 s per run), plus two test-only policies from tests/sweep_plugins.py, which reach spawned and
+Dask workers through $WADILOCO_PLUGINS.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from experiments.cli import main
+from models.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = str(Path(__file__).resolve().parent / "sweep_plugins.py")
+TINY_OVERRIDES = {"drain_s": 20, "fleet.islands": 2, "fleet.hosts_per_island": 1, "merge.h_min": 16,
+                  "merge.h_max": 48, "monitor.check_invariants": True}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins_env():
+    old = os.environ.get("WADILOCO_PLUGINS")
+    os.environ["WADILOCO_PLUGINS"] = PLUGIN
+    for k in ("WADILOCO_TEST_FAIL_SEEDS", "WADILOCO_TEST_SLEEP"):
+        os.environ.pop(k, None)
+    yield
+    if old is None:
+        os.environ.pop("WADILOCO_PLUGINS", None)
+    else:
+        os.environ["WADILOCO_PLUGINS"] = old
+    # leave the registry as other test modules expect it
+    from experiments import worker
+    from models.policies import POLICIES
+
+    for name in ("test_probe", "test_matched"):
+        POLICIES.pop(name, None)
+    worker._LOADED.discard(PLUGIN)
+
+
+def tiny_sweep_dict() -> dict:
+    """smoke.yaml, shrunk, with absolute regime paths and the two test-only policies added."""
+    d = yaml.safe_load((ROOT / "experiments" / "smoke.yaml").read_text())
+    base = ROOT / "experiments"
+    d["regimes"] = [str((base / (r if isinstance(r, str) else r["path"])).resolve()) for r in d["regimes"]]
+    d["horizon_s"] = 60
+    d["overrides"] = {**d.get("overrides", {}), **TINY_OVERRIDES}
+    for p in d["policies"]:
+        if p["name"] == "fixed":
+            p["params"] = {"H": 24}  # inside the shrunk corridor
+    d["policies"] = d["policies"] + [{"name": "test_probe", "params": {"H": 32}},
+                                     {"name": "test_matched", "references": ["test_probe"]}]
+    d["bootstrap"] = {"n_resamples": 500, "method": "BCa", "seed": 0}
+    return d
+
+
+def write_sweep(path: Path, d: dict) -> Path:
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The uninterrupted reference sweep, run end to end through the CLI on 2 local workers."""
+    root = tmp_path_factory.mktemp("tiny")
+    sweep = write_sweep(root / "tiny.yaml", tiny_sweep_dict())
+    out = root / "out"
+    rc = main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--no-progress"])
+    assert rc == 0
+    return {"sweep": sweep, "out": out, "root": root}
+
+
+def store_rows(out: Path) -> list[tuple]:
+    con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT scenario_hash, policy_label, params_hash, seed, draw, status, attempts "
+                           "FROM runs").fetchall()
+    finally:
+        con.close()
+
+
+def total_runs(sweep: Path) -> int:
+    from experiments.sweep import load_sweep
+
+    return len(load_sweep(sweep).tasks())
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+BAD = [
+    ("missing scenario", lambda d: d["regimes"].append("no/such/scenario.yaml"), "regimes.2.path"),
+    ("unknown policy", lambda d: d["policies"].append({"name": "no_such_policy"}), "policies.6.name"),
+    ("matched_random without reference", lambda d: d["policies"].append({"name": "matched_random", "draws": 2}),
+     "policies.6.references"),
+    ("reference to an unknown label", lambda d: d["policies"].append(
+        {"name": "matched_random", "references": ["nope"]}), "policies.6.references.0"),
+    ("reference in params", lambda d: d["policies"].append(
+        {"name": "matched_random", "params": {"reference": "fixed"}, "references": ["fixed"]}),
+     "policies.6.params.reference"),
+    ("references on a plain policy", lambda d: d["policies"].append(
+        {"name": "fixed", "label": "f2", "references": ["fixed"]}), "policies.6.references"),
+    ("bad policy param", lambda d: d["policies"].append({"name": "fixed", "label": "f2", "params": {"H": -3}}),
+     "policies.6.params.H"),
+    ("unknown key", lambda d: d.update(sedes=3), "sedes"),
+    ("unknown key in bootstrap", lambda d: d["bootstrap"].update(n_resample=10), "bootstrap.n_resample"),
+    ("no no_sync", lambda d: d.update(policies=[p for p in d["policies"] if p["name"] != "no_sync"]), "policies"),
+    ("duplicate label", lambda d: d["policies"].append({"name": "fixed", "params": {"H": 40}, "label": "wa_diloco"}),
+     "policies.6.label"),
+    ("zero seeds", lambda d: d.update(seeds=0), "seeds"),
+    ("repeated seeds", lambda d: d.update(seeds=[1, 1]), "seeds"),
+    ("timeline seed not a seed", lambda d: d.update(timeline_seed=7), "timeline_seed"),
+    ("override of a missing field", lambda d: d["overrides"].update({"fleet.nope": 1}), "overrides.fleet.nope"),
+    ("override breaks the corridor", lambda d: d["overrides"].update({"merge.h_min": 100}), "overrides"),
+    ("regime override of a bad value", lambda d: d["regimes"].__setitem__(
+        1, {"path": d["regimes"][1], "overrides": {"fleet.islands": 0}}), "regimes.1.overrides.fleet.islands"),
+    ("policy param outside a regime's corridor", lambda d: d["policies"].append(
+        {"name": "fixed", "label": "f2", "params": {"H": 400}}), "policies.6.params"),
+    ("bad confidence", lambda d: d["bootstrap"].update(confidence=1.5), "bootstrap.confidence"),
+    ("bad method", lambda d: d["bootstrap"].update(method="studentized"), "bootstrap.method"),
+    ("nan horizon", lambda d: d.update(horizon_s=float("nan")), "horizon_s"),
+    ("policy in an unknown regime", lambda d: d["policies"].append(
+        {"name": "fixed", "label": "f2", "params": {"H": 40}, "regimes": ["nowhere"]}), "policies.6.regimes.0"),
+    ("regime without path", lambda d: d["regimes"].append({"name": "x"}), "regimes.2.path"),
+]
+
+
+@pytest.mark.parametrize("case,mutate,field", BAD, ids=[b[0] for b in BAD])
+def test_bad_sweep_files_name_file_and_field(tmp_path, case, mutate, field):
+    from experiments.sweep import load_sweep
+
+    d = tiny_sweep_dict()
+    mutate(d)
+    p = write_sweep(tmp_path / "bad.yaml", d)
+    with pytest.raises(InputError) as ei:
+        load_sweep(p)
+    assert ei.value.file == str(p)
+    assert ei.value.where.startswith(field), (ei.value.where, str(ei.value))
+
+
+def test_bad_sweep_via_cli_exits_2_without_traceback(tmp_path, capsys):
+    d = tiny_sweep_dict()
+    d["policies"].append({"name": "matched_random", "draws": 3})
+    p = write_sweep(tmp_path / "bad.yaml", d)
+    rc = main(["sweep", str(p), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "Traceback" not in err and "bad.yaml" in err and "references" in err
+    assert not (tmp_path / "out" / "runs.sqlite").exists()
+
+
+def test_yaml_syntax_error(tmp_path):
+    from experiments.sweep import load_sweep
+
+    p = tmp_path / "s.yaml"
+    p.write_text("regimes: [a\npolicies: {")
+    with pytest.raises(InputError, match="line"):
+        load_sweep(p)
+
+
+def test_shipped_smoke_yaml_plan():
+    from experiments.sweep import load_sweep
+
+    plan = load_sweep(ROOT / "experiments" / "smoke.yaml")
+    assert len(plan.regimes) == 2 and len(plan.seeds) == 3
+    assert [a.role for a in plan.arms].count("baseline") == 1
+    ctrl = [a for a in plan.arms if a.role == "control"]
+    assert ctrl and all(a.name == "matched_random" and a.draws == 3 for a in ctrl)
+    assert len({a.name for a in plan.arms}) == 4
+    tasks = plan.tasks()
+    assert len({t.key for t in tasks}) == len(tasks)
+    assert all(t.ref_key in {u.key for u in tasks} for t in tasks if t.ref_key)
+
+
+def test_labels_and_budget_pairing(tmp_path):
+    from experiments.sweep import load_sweep
+
+    d = tiny_sweep_dict()
+    d["policies"] = [{"name": "no_sync"}, {"name": "fixed", "params": {"H": 24}}, {"name": "fixed", "params": {"H": 40}},
+                     {"name": "matched_random", "references": ["fixed[H=24]", "fixed[H=40]"], "draws": 2}]
+    plan = load_sweep(write_sweep(tmp_path / "s.yaml", d))
+    assert [a.label for a in plan.arms] == ["no_sync", "fixed[H=24]", "fixed[H=40]", "matched_random[fixed[H=24]]",
+                                            "matched_random[fixed[H=40]]"]
+    assert plan.arm("matched_random[fixed[H=40]]").params["reference_params"] == {"H": 40}
+    # an entry restricted to some regimes runs only there, and so does a control following it
+    d["policies"][2]["regimes"] = ["bursty"]
+    plan = load_sweep(write_sweep(tmp_path / "s2.yaml", d))
+    by = {(t.regime, t.arm) for t in plan.tasks()}
+    assert ("normal", "fixed[H=40]") not in by and ("bursty", "fixed[H=40]") in by
+    assert ("normal", "matched_random[fixed[H=40]]") not in by and ("normal", "matched_random[fixed[H=24]]") in by
+    assert len(plan.tasks()) == 3 * (2 * (1 + 1 + 2) + (1 + 2))
+
+
+# ---- end to end -----------------------------------------------------------------------------
+
+INT_COLS = ["seed", "draw", "requests", "completed", "slo_violations", "merges", "inner_steps"]
+FLOAT_COLS = ["slo_violation_rate", "sync_excess", "ttft_p95_s", "e2e_p95_s", "final_loss"]
+
+
+def test_tiny_sweep_outputs(tiny):
+    out = tiny["out"]
+    total = total_runs(tiny["sweep"])
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs.shape[0] == total == 2 * 3 * 8
+    for c in ["regime", "policy", "seed", "draw", "requests", "slo_violation_rate", "sync_excess", "merges",
+              "ttft_p95_s", "e2e_p95_s"]:
+        assert c in runs.columns
+    for c in INT_COLS:
+        assert runs[c].dtype == "int64", c
+    for c in FLOAT_COLS:
+        assert runs[c].dtype == "float64", c
+    assert not any("wall" in c for c in runs.columns)
+    assert (runs["status"] == "ok").all()
+    assert not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
+    # sync-excess is paired with no_sync on the same seed; no_sync's own is exactly 0
+    assert (runs.loc[runs["policy"] == "no_sync", "sync_excess"] == 0).all()
+    # common random numbers: one arrivals hash per (regime, seed), different across seeds
+    h = runs.groupby(["regime", "seed"])["arrivals_hash"].nunique()
+    assert (h == 1).all()
+    assert runs.groupby("regime")["arrivals_hash"].nunique().eq(3).all()
+    # matched controls inherit their reference's merge count
+    ref = runs[runs["policy"] == "wa_diloco"].set_index(["regime", "seed"])["merges"]
+    mr = runs[runs["policy"] == "matched_random[wa_diloco]"]
+    assert (mr["reference_merges"].to_numpy() == ref.loc[list(zip(mr["regime"], mr["seed"]))].to_numpy()).all()
+
+    summ = pd.read_csv(out / "summary.csv")
+    assert summ.shape[0] == 2 * 6
+    for c in ["regime", "policy", "n_seeds", "sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high",
+              "p95_ratio", "p95_ratio_ci_low", "p95_ratio_ci_high", "mr_envelope_low", "mr_envelope_high",
+              "p_vs_matched_random", "p_holm", "verdict"]:
+        assert c in summ.columns
+    assert summ["n_seeds"].dtype == "int64" and (summ["n_seeds"] == 3).all()
+    for c in ["sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high", "p95_ratio"]:
+        assert summ[c].dtype == "float64"
+    assert summ["verdict"].str.match(r"^(demonstrated$|not demonstrated: .+|n/a: .+)").all()
+    assert (summ["sync_excess_ci_low"] <= summ["sync_excess_mean"] + 1e-12).all()
+    pol = summ[summ["role"] == "policy"].set_index(["regime", "policy"])
+    assert pol.loc[("normal", "wa_diloco"), "matched_control"] == "matched_random[wa_diloco]"
+    assert pol["p_holm"].dropna().ge(pol["p_vs_matched_random"].dropna() - 1e-12).all()
+    assert "no matched-random control" in pol.loc[("normal", "fixed"), "verdict"]
+
+    report = (out / "report.md").read_text()
+    assert "Load match" in report and "identical arrivals" in report and "MISMATCH" not in report
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    for f in ["violation_rate.png", "envelope.png", "tradeoff.png", "timeline_normal.png", "timeline_bursty.png"]:
+        p = out / "figures" / f
+        assert p.exists() and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG", f
+        assert f"figures/{f}" in report
+    leftovers = [p.name for p in out.rglob(".*") if p.name.startswith((".runs", ".summary", ".report"))]
+    assert not leftovers  # atomic writes leave no temp files
+
+
+def test_report_and_export_rerender_from_store(tiny, tmp_path, capsys):
+    out = tiny["out"]
+    before = {f: (out / f).read_bytes() for f in ("runs.csv", "summary.csv", "comparisons.csv")}
+    assert main(["report", str(out), "--no-figures"]) == 0
+    for f, b in before.items():
+        assert (out / f).read_bytes() == b, f
+    assert main(["export", str(out), "--format", "parquet", "--output", str(tmp_path / "e.parquet")]) == 0
+    assert main(["export", str(out), "--format", "csv", "--output", str(tmp_path / "e.csv")]) == 0
+    pq = pd.read_parquet(tmp_path / "e.parquet")
+    cs = pd.read_csv(tmp_path / "e.csv")
+    assert len(pq) == len(cs) == total_runs(tiny["sweep"])
+    assert {"regime", "policy", "seed", "draw", "slo_violation_rate", "violations_by_phase.none"} <= set(pq.columns)
+    assert not any("wall" in c for c in pq.columns)
+    # a second export is byte-identical
+    assert main(["export", str(out), "--format", "csv", "--output", str(tmp_path / "e2.csv")]) == 0
+    assert (tmp_path / "e.csv").read_bytes() == (tmp_path / "e2.csv").read_bytes()
+    assert main(["report", str(tmp_path / "nothing_here")]) == 2
+
+
+def test_rerun_needs_resume_and_other_sweeps_are_refused(tiny, tmp_path, capsys):
+    out = tiny["out"]
+    before = (out / "runs.csv").read_bytes()
+    assert main(["sweep", str(tiny["sweep"]), "--out", str(out), "--no-progress"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    # --resume on a complete sweep runs nothing and changes nothing
+    assert main(["sweep", str(tiny["sweep"]), "--out", str(out), "--resume", "--no-progress", "--no-figures"]) == 0
+    assert "0 run now" in capsys.readouterr().out
+    assert (out / "runs.csv").read_bytes() == before
+    assert all(r[6] == 1 for r in store_rows(out))
+    d = tiny_sweep_dict()
+    d["seeds"] = 4
+    other = write_sweep(tmp_path / "other.yaml", d)
+    for extra in ([], ["--resume"]):
+        assert main(["sweep", str(other), "--out", str(out), "--no-progress", *extra]) == 2
+        assert "different sweep" in capsys.readouterr().err
+
+
+def test_dask_backend_gives_identical_runs_csv(tiny, tmp_path):
+    pytest.importorskip("distributed")
+    out = tmp_path / "dask"
+    rc = main(["sweep", str(tiny["sweep"]), "--out", str(out), "--workers", "2", "--backend", "dask",
+               "--no-progress", "--no-figures"])
+    assert rc == 0
+    assert (out / "runs.csv").read_bytes() == (tiny["out"] / "runs.csv").read_bytes()
+    assert (out / "summary.csv").read_bytes() == (tiny["out"] / "summary.csv").read_bytes()
+
+
+def _spawn_sweep(sweep: Path, out: Path, extra_env: dict, *args) -> subprocess.Popen:
+    env = {**os.environ, "WADILOCO_PLUGINS": PLUGIN, **extra_env}
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep), "--out", str(out),
+                             "--no-progress", *args], env=env, cwd=str(ROOT), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _ok_count(out: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM runs WHERE status = 'ok'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float = 60) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            pytest.fail(f"sweep exited before the kill: {proc.stderr.read().decode()[-2000:]}")
+        n = _ok_count(out)
+        if n >= at_least:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: a process group we started
+            proc.wait(timeout=30)
+            return n
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    pytest.fail("the sweep made no progress")
+
+
+def test_sigkill_then_resume_loses_and_duplicates_nothing(tiny, tmp_path):
+    from experiments.report import render
+    from experiments.sweep import load_sweep
+    from experiments.sweeper import execute_plan
+
+    out = tmp_path / "killed"
+    total = total_runs(tiny["sweep"])
+    slow = {"WADILOCO_TEST_SLEEP": "0.3"}  # test_probe runs sleep, so the kill lands mid-sweep
+    proc = _spawn_sweep(tiny["sweep"], out, slow, "--workers", "2")
+    _kill_when(proc, out, total // 3)
+    rows = store_rows(out)
+    done = {r[:5] for r in rows if r[5] == "ok"}
+    assert total // 3 <= len(done) < total, "the kill should land partway"
+    assert len({r[:5] for r in rows}) == len(rows)
+    # resume on 1 worker: the result must not depend on the worker count either
+    oc = execute_plan(load_sweep(tiny["sweep"]), out, workers=1, resume=True, progress=False)
+    assert oc.skipped == len(done) and oc.errors == 0 and oc.ran == total - len(done)
+    render(out, figures=False)
+    rows = store_rows(out)
+    assert len(rows) == total and all(r[5] == "ok" for r in rows)
+    assert all(r[6] == 1 for r in rows), "a completed run was run and written again"
+    assert (out / "runs.csv").read_bytes() == (tiny["out"] / "runs.csv").read_bytes()
+    assert (out / "summary.csv").read_bytes() == (tiny["out"] / "summary.csv").read_bytes()
+    # no worker outlives a killed sweep: the store is not written any more
+    assert store_rows(out) == rows
+
+
+def test_failing_run_is_recorded_and_retried_on_resume(tiny, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "failing"
+    monkeypatch.setenv("WADILOCO_TEST_FAIL_SEEDS", "1")
+    rc = main(["sweep", str(tiny["sweep"]), "--out", str(out), "--workers", "2", "--no-progress", "--no-figures"])
+    assert rc == 1
+    assert "--resume" in capsys.readouterr().err
+    runs = pd.read_csv(out / "runs.csv", keep_default_na=False)
+    bad = runs[runs["status"] == "error"]
+    assert set(zip(bad["policy"], bad["seed"])) == {("test_probe", 1), ("test_matched[test_probe]", 1)}
+    assert len(bad) == 4  # both regimes
+    probe = bad[bad["policy"] == "test_probe"]
+    assert probe["error"].str.contains("injected failure on seed 1").all()
+    assert bad.loc[bad["policy"] != "test_probe", "error"].str.contains("reference run").all()
+    assert (runs["status"] == "ok").sum() == len(runs) - 4  # the others went on
+    summ = pd.read_csv(out / "summary.csv")
+    v = summ.set_index(["regime", "policy"]).loc[("normal", "test_probe"), "verdict"]
+    assert "incomplete" in v
+    monkeypatch.delenv("WADILOCO_TEST_FAIL_SEEDS")
+    assert main(["sweep", str(tiny["sweep"]), "--out", str(out), "--workers", "2", "--resume", "--no-progress",
+                 "--no-figures"]) == 0
+    rows = store_rows(out)
+    assert all(r[5] == "ok" for r in rows)
+    assert sorted(r[6] for r in rows).count(2) == 4  # exactly the failed runs were run again
+    assert (out / "runs.csv").read_bytes() == (tiny["out"] / "runs.csv").read_bytes()
+
+
+def test_concurrent_sweep_on_same_folder_is_refused(tiny, tmp_path):
+    import fcntl
+
+    from experiments.sweeper import LOCK_NAME
+
+    out = tmp_path / "locked"
+    out.mkdir()
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert main(["sweep", str(tiny["sweep"]), "--out", str(out), "--no-progress"]) == 2
+    finally:
+        os.close(fd)
