@@ -6,6 +6,7 @@ Models", approach 3: E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28). DiLoCo (D
 2023, table/figure on H) reports about +3% perplexity going from H=50 to H=1000 inner steps at 150M
 parameters, less for larger models: that is ln(1.03)/ln(1000/50) = 0.0099 nats of loss per e-fold
 of H. We add that much per e-fold of the token-weighted mean merge interval above 50 steps.
+Islands that have not merged yet have only their own tokens: unmerged progress is not pooled.
 """
 from __future__ import annotations
 
@@ -60,8 +61,10 @@ class ProgressModel:
         self.weighted_interval += interval_steps * toks
 
     def final_loss(self, unmerged_steps: int) -> float:
-        """Loss of the merged model; steps not yet merged count as progress at their interval."""
-        toks = self.merged_tokens + unmerged_steps * self.tokens_per_step * self.islands
-        w = self.weighted_interval + unmerged_steps * unmerged_steps * self.tokens_per_step * self.islands
-        mean_h = w / toks if toks else 0.0
-        return self.loss_at(self.initial_tokens + toks, mean_h)
+        """Loss of one island's model at the end of the run.
+
+        Merged rounds pooled every island's tokens (at the interval penalty of their H); steps since
+        the last merge have only been seen by the island itself, so they count once, not once per
+        island. That is what merging buys, and why never merging (`no_sync`) learns least."""
+        toks = self.merged_tokens + unmerged_steps * self.tokens_per_step
+        return self.loss_at(self.initial_tokens + toks, self.mean_interval())
