@@ -19,7 +19,8 @@ def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
 
 def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_quickstart.ipynb", "03_capacity_planning.ipynb"} <= names
+    assert {"01_quickstart.ipynb", "02_calibration_protocol.ipynb", "03_capacity_planning.ipynb",
+            "04_why_matched_random.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
