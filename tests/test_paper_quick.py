@@ -1,0 +1,229 @@
+"""The paper study (experiments/paper.yaml, paper_quick.yaml) and its table (experiments/paper_table.py).
+
+- The two shipped sweep files plan the study issue 5 asks for (regimes, policies, seeds, R, 600 s).
+- paper_quick.yaml, shrunk (60 s horizons, 2 seeds, R=2, a 2-host fleet, a 16-48 corridor with the
+  fixed intervals scaled into it), runs end to end through the CLI on 2 workers; only the structure
+  of its output is checked (no number: a 60 s window on 2 seeds supports no claim).
+- The table renderer on a tiny synthetic summary.csv, and the README marker replacement.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from experiments import paper_table
+from experiments.cli import main
+from experiments.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+EXP = ROOT / "experiments"
+REGIMES = ["normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic", "azure_conv"]
+ARMS = ["no_sync", "fixed[H=256]", "fixed[H=512]", "pressure_gated", "wa_diloco", "online_forecast",
+        "offline_calibrated", "matched_random[wa_diloco]", "matched_random[online_forecast]"]
+VERDICT = r"^(demonstrated$|not demonstrated: .+|n/a: .+)"
+
+
+def _expected_runs(plan) -> int:
+    return sum(len(plan.seeds) * a.draws for r in plan.regimes for a in plan.arms if a.runs_in(r.name))
+
+
+@pytest.mark.parametrize("fname, seeds, draws", [("paper.yaml", 30, 20), ("paper_quick.yaml", 5, 5)])
+def test_shipped_paper_sweeps_plan_the_study(fname, seeds, draws, shared_dir):
+    plan = load_sweep(EXP / fname)
+    assert [r.name for r in plan.regimes] == REGIMES
+    assert all(r.scenario.horizon_s == 600 for r in plan.regimes)
+    assert plan.seeds == list(range(seeds))
+    assert [a.label for a in plan.arms] == ARMS
+    for a in plan.arms:
+        assert a.draws == (draws if a.name == "matched_random" else 1), a.label
+    assert plan.arm("offline_calibrated").reference == "wa_diloco"
+    assert {a.reference for a in plan.arms if a.role == "control"} == {"wa_diloco", "online_forecast"}
+    # fixed H=512 is outside sustained_sync_heavy's 128-256 corridor and runs everywhere else
+    assert not plan.arm("fixed[H=512]").runs_in("sustained_sync_heavy")
+    assert all(plan.arm("fixed[H=512]").runs_in(r) for r in REGIMES if r != "sustained_sync_heavy")
+    tasks = plan.tasks()
+    assert len(tasks) == _expected_runs(plan) == seeds * (5 * (7 + 2 * draws) + (6 + 2 * draws))
+    assert len({t.key for t in tasks}) == len(tasks)
+
+
+def test_paper_and_quick_differ_only_in_seeds_and_draws():
+    full = yaml.safe_load((EXP / "paper.yaml").read_text())
+    quick = yaml.safe_load((EXP / "paper_quick.yaml").read_text())
+    for d in (full, quick):
+        for k in ("name", "description", "seeds"):
+            d.pop(k)
+        for p in d["policies"]:
+            p.pop("draws", None)
+    assert full == quick
+
+
+# ---- paper_quick.yaml, shrunk, end to end ---------------------------------------------------
+
+SHRINK = {"drain_s": 20, "fleet.islands": 2, "fleet.hosts_per_island": 1, "merge.h_min": 16, "merge.h_max": 48}
+H_SCALED = {256: 24, 512: 40}  # the fixed intervals, scaled into the 16-48 corridor
+
+
+def shrunk_quick(tmp: Path) -> Path:
+    d = yaml.safe_load((EXP / "paper_quick.yaml").read_text())
+    d["regimes"] = [str((EXP / (r if isinstance(r, str) else r["path"])).resolve()) for r in d["regimes"]]
+    d["horizon_s"] = 60
+    d["seeds"] = 2
+    d["overrides"] = {**d.get("overrides", {}), **SHRINK}
+    d["bootstrap"] = {**d.get("bootstrap", {}), "n_resamples": 300}
+    for p in d["policies"]:
+        if p["name"] == "fixed":
+            p["params"] = {"H": H_SCALED[p["params"]["H"]]}
+        if p["name"] == "pressure_gated":
+            p["params"] = {**p.get("params", {}), "H": 24}
+        if "draws" in p:
+            p["draws"] = 2
+    path = tmp / "paper_quick_tiny.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def test_paper_quick_shrunk_end_to_end(tmp_path, shared_dir, capsys):
+    """One test (not a module fixture shared by several), so pytest-xdist runs the sweep once."""
+    sweep = shrunk_quick(tmp_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
+    plan = load_sweep(sweep)
+
+    for f in ["runs.csv", "summary.csv", "comparisons.csv", "report.md", "report.html", "runs.sqlite"]:
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    pngs = list((out / "figures").glob("*.png"))
+    assert pngs and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == len(plan.tasks()) == _expected_runs(plan) == 2 * (5 * (7 + 4) + (6 + 4))
+    assert (runs["status"] == "ok").all()
+    assert not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
+    assert (runs.groupby(["regime", "seed"])["arrivals_hash"].nunique() == 1).all()
+
+    summ = pd.read_csv(out / "summary.csv")
+    want = [(r.name, a.label) for r in plan.regimes for a in plan.arms if a.runs_in(r.name)]
+    assert list(zip(summ["regime"], summ["policy"])) == want
+    assert set(summ["regime"]) == set(REGIMES)
+    assert ("sustained_sync_heavy", "fixed[H=40]") not in set(want)
+    for c in paper_table.REQUIRED + ["p95_ratio", "p95_ratio_ci_low", "p95_ratio_ci_high",
+                                     "mr_envelope_low", "mr_envelope_high", "load_match"]:
+        assert c in summ.columns, c
+    assert summ["verdict"].str.match(VERDICT).all()
+    assert (summ.loc[summ["role"] == "baseline", "verdict"] == "n/a: no-sync baseline").all()
+    assert (summ.loc[summ["role"] == "control", "verdict"] == "n/a: matched-random control").all()
+    pol = summ[summ["role"] == "policy"].set_index(["regime", "policy"])
+    for reg in REGIMES:
+        assert pol.loc[(reg, "wa_diloco"), "matched_control"] == "matched_random[wa_diloco]"
+        assert pol.loc[(reg, "offline_calibrated"), "matched_control"] == "matched_random[wa_diloco]"
+        assert pol.loc[(reg, "online_forecast"), "matched_control"] == "matched_random[online_forecast]"
+    assert (summ["n_seeds"] == 2).all()
+
+    # the paper table renders from this output: one section per regime, controls marked with R
+    capsys.readouterr()
+    assert paper_table.main([str(out)]) == 0
+    text = capsys.readouterr().out
+    for reg in REGIMES:
+        assert f"### {reg}\n" in text
+    assert "| matched_random[wa_diloco] (R=2) |" in text
+
+
+# ---- the table renderer on a synthetic summary ----------------------------------------------
+
+def _row(regime, policy, name, role, se=np.nan, lo=np.nan, hi=np.nan, ratio=np.nan, ctrl="", p=np.nan,
+         ph=np.nan, verdict="", merges=3.0):
+    return {"regime": regime, "policy": policy, "policy_name": name, "role": role, "n_seeds": 5,
+            "merges_mean": merges, "sync_excess_mean": se, "sync_excess_ci_low": lo, "sync_excess_ci_high": hi,
+            "p95_ratio_matched": ratio, "p95_ratio_matched_ci_low": ratio - 0.1 if ratio == ratio else np.nan,
+            "p95_ratio_matched_ci_high": ratio + 0.1 if ratio == ratio else np.nan,
+            "regime_p95_ratio": 1.02 if regime == "normal" else 1.8,
+            "regime_p95_ratio_ci_low": 0.98 if regime == "normal" else 1.5,
+            "regime_p95_ratio_ci_high": 1.07 if regime == "normal" else 2.1,
+            "effect_transfers": regime != "normal", "matched_control": ctrl, "p_vs_matched_random": p,
+            "p_holm": ph, "verdict": verdict}
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    bad = ("not demonstrated: effect does not transfer (regime p95 ratio 1.020, CI [0.980, 1.070]; needs the "
+           "CI above 1 and a ratio >= 1.05); not better than matched_random[wa_diloco] after Holm "
+           "(diff +0.10 pts, p_holm 0.8, alpha 0.05)")
+    rows = [
+        _row("normal", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
+        _row("normal", "wa_diloco", "wa_diloco", "policy", 0.001, -0.002, 0.004, 1.01,
+             "matched_random[wa_diloco]", 0.4, 0.8, bad),
+        _row("normal", "matched_random[wa_diloco]", "matched_random", "control", 0.0, -0.001, 0.002, 1.0,
+             verdict="n/a: matched-random control"),
+        _row("bursty", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
+        _row("bursty", "offline_calibrated", "offline_calibrated", "policy", 0.0123, 0.005, 0.02, 1.5,
+             "matched_random[wa_diloco]", 0.0004, 0.0008, "demonstrated"),
+        _row("bursty", "matched_random[wa_diloco]", "matched_random", "control", 0.05, 0.04, 0.06, 2.0,
+             verdict="n/a: matched-random control"),
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    pd.DataFrame(rows).to_csv(out / "summary.csv", index=False)
+    pd.DataFrame({"policy": ["no_sync", "matched_random[wa_diloco]", "matched_random[wa_diloco]"],
+                  "draw": [0, 0, 4]}).to_csv(out / "runs.csv", index=False)
+    return out
+
+
+def test_table_rendering_on_synthetic_summary(synthetic):
+    text = paper_table.render_table(synthetic)
+    assert text.index("### normal") < text.index("### bursty")
+    assert "R = 5 matched-random draws" in text
+    assert "with 5 seeds the smallest possible two-sided Wilcoxon p-value is 2/2^5 = 0.0625" in text
+    # normal: regime line, short verdict, paper's finding beside it
+    assert "regime p95 ratio (matched, all runs with merges) 1.020 [0.980, 1.070]; effect transfers: no." in text
+    assert ("| wa_diloco | 3.0 | +0.100 [-0.200, 0.400] | 1.010 [0.910, 1.110] | matched_random[wa_diloco] | 0.400 "
+            "| 0.800 | no: effect does not transfer; not better than matched-random | p95 ratio ~1.0; no policy "
+            "matters |") in text
+    assert "| no_sync | 0.0 | +0.000 [0.000, 0.000] | n/a |  |  |  | n/a: no-sync baseline |  |" in text
+    assert "p95 ratio of merge vs no-merge windows is about 1.0" in text
+    # bursty: the oracle's and matched-random's paper figures, tiny p-values, R in the control's label
+    assert ("| offline_calibrated | 3.0 | +1.230 [0.500, 2.000] | 1.500 [1.400, 1.600] | matched_random[wa_diloco] "
+            "| <0.001 | <0.001 | demonstrated | 4.45% |") in text
+    assert "| matched_random[wa_diloco] (R=5) | 3.0 | +5.000 [4.000, 6.000] |" in text
+    assert "| 6.26% |" in text
+    # every table row has the same number of cells as the header
+    for block in text.split("\n\n"):
+        lines = [ln for ln in block.splitlines() if ln.startswith("|")]
+        if lines:
+            assert len({ln.replace("\\|", "").count("|") for ln in lines}) == 1
+    full = paper_table.render_table(synthetic, full_verdicts=True)
+    assert "not demonstrated: effect does not transfer (regime p95 ratio 1.020" in full
+
+
+def test_readme_markers_replaced_and_idempotent(synthetic, tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\nintro\n\n", "\n\n## Next\n\ntext\n"
+    readme.write_text(before + paper_table.START + "\nold table\n" + paper_table.END + after)
+    assert paper_table.main([str(synthetic), "--readme", str(readme)]) == 0
+    printed = capsys.readouterr().out
+    once = readme.read_text()
+    assert once.startswith(before + paper_table.START + "\n") and once.endswith(paper_table.END + after)
+    assert "old table" not in once and printed.strip() in once
+    assert paper_table.main([str(synthetic), "--readme", str(readme)]) == 0
+    assert readme.read_text() == once
+
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers here\n")
+    assert paper_table.main([str(synthetic), "--readme", str(plain)]) == 2
+    assert plain.read_text() == "no markers here\n"
+    assert "markers" in capsys.readouterr().err
+    assert paper_table.main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_short_verdicts():
+    sv = paper_table.short_verdict
+    assert sv("demonstrated") == "demonstrated"
+    assert sv("n/a: no-sync baseline") == "n/a: no-sync baseline"
+    assert sv("not demonstrated: no matched-random control spends this policy's merge budget") == \
+        "no: no matched control"
+    assert sv("not demonstrated: incomplete (3 of 5 runs completed); loads differ (x)") == \
+        "no: incomplete (3 of 5 runs completed); loads differ"
+    assert re.match(r"^no: ", sv("not demonstrated: something new")) is not None
