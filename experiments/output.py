@@ -29,6 +29,7 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
             with os.fdopen(fd, mode) as f:
                 f.write(data)
                 f.flush()

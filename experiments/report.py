@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pandas as pd
 
 from experiments.output import write_atomic
 from experiments.store import STORE_NAME, Store
+from models.errors import InputError
 
 def FLOAT_FORMAT(x: float) -> str:
     """9 significant digits, always with a decimal point or exponent, so a float column of whole
@@ -116,6 +118,31 @@ def render_html(title: str, blocks) -> str:
 
 # ---- rendering --------------------------------------------------------------------------------
 
+OUTPUTS = ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv", "report.md", "report.html",
+           "export.csv", "export.parquet")
+_TEMP = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}$")  # write_atomic's temp files: .<name>.<8 random chars>
+
+
+def remove_stale_temps(out: Path) -> list[str]:
+    """Delete the temp files of writes a kill interrupted (.runs.csv.k3j9x0qa, figures/.x.png.a8d7f6s5).
+    Called by a sweep holding the folder's lock; the finished files themselves are never touched."""
+    removed = []
+    for d, ok in ((out, lambda n: n in OUTPUTS), (out / "figures", lambda n: n.endswith(".png"))):
+        try:
+            names = [p.name for p in d.iterdir()]
+        except OSError:
+            continue
+        for name in names:
+            m = _TEMP.match(name)
+            if m and ok(m.group("name")):
+                try:
+                    (d / name).unlink()
+                    removed.append(name)
+                except OSError:
+                    pass
+    return removed
+
+
 def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
     from experiments import protocol
 
@@ -143,7 +170,10 @@ def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, st
     from experiments import figures as F
 
     fdir = out / "figures"
-    fdir.mkdir(exist_ok=True)
+    try:
+        fdir.mkdir(exist_ok=True)
+    except OSError as e:
+        raise InputError(fdir, "", f"cannot create the figures folder: {e.strerror or e}") from None
     regimes = [r["name"] for r in plan["regimes"]]
     made = []
     if not summary.empty:

@@ -18,6 +18,7 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
 
 from models.errors import InputError
 
@@ -74,8 +75,7 @@ class Store:
                     raise InputError(self.path.parent, "",
                                      f"no results store ({STORE_NAME}) here; run `wadiloco sweep SWEEP.yaml "
                                      f"--out {self.path.parent}` first")
-                self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                                            timeout=30)
+                self.conn = self._connect_readonly()
             else:
                 self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
                 self.conn.execute("PRAGMA journal_mode=WAL")
@@ -84,7 +84,28 @@ class Store:
             self.conn.execute("PRAGMA busy_timeout=30000")
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as e:
-            raise InputError(self.path, "", f"not a readable results store ({e})") from None
+            what = "not a readable results store" if readonly else "cannot open or create the results store"
+            raise InputError(self.path, "", f"{what} ({e})") from None
+
+    def _uri(self, query: str) -> str:
+        # percent-encode the path: a '?', '#' or '%' in a folder name would otherwise end the path
+        # early (and open, or even create, a different file)
+        return f"file:{quote(str(self.path.absolute()))}?{query}"
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._uri("mode=ro"), uri=True, isolation_level=None, timeout=30)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            for side in ("-wal", "-journal"):
+                f = self.path.with_name(self.path.name + side)
+                if f.exists() and f.stat().st_size > 0:
+                    raise  # a journal to replay or roll back first: only a writer (--resume) can
+        # A store in a read-only folder (an archived sweep): SQLite cannot create the WAL index
+        # next to it, but with no journal pending the file alone is complete, so read it as is.
+        return sqlite3.connect(self._uri("immutable=1"), uri=True, isolation_level=None)
 
     def close(self) -> None:
         self.conn.close()
@@ -180,5 +201,8 @@ class Store:
             raise InputError(self.path, "", f"cannot read the results store ({e})") from None
 
     def counts(self) -> dict[str, int]:
-        cur = self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status")
-        return {k: v for k, v in cur}
+        try:
+            cur = self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status")
+            return {k: v for k, v in cur}
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"cannot read the results store ({e})") from None

@@ -146,7 +146,8 @@ def acquire_lock(out: Path):
     try:
         fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise InputError(out, "--out", f"cannot create the lock file: {e.strerror or e}") from None
+        raise InputError(out, "--out", f"output folder is not writable (cannot create the lock file "
+                                       f"{LOCK_NAME}: {e.strerror or e})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -201,6 +202,9 @@ def execute_plan(plan: Plan, out: str | Path, *, workers: int | None = None, bac
     fresh = not (out / STORE_NAME).exists()
     ok = False
     try:
+        from experiments.report import remove_stale_temps
+
+        remove_stale_temps(out)  # temp files of outputs a killed sweep or report was writing
         store = open_store_for(plan, out, resume)
         try:
             oc = _run(plan, store, workers or os.cpu_count() or 1, backend, scheduler, progress)

@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# Every simulation in the suite checks the invariants (models/invariants.py) at the end of its run,
+# including those in xdist workers, sweep worker processes and CLI subprocesses, which inherit this.
+# WADILOCO_CHECK_INVARIANTS=0 in the environment turns that off.
+os.environ.setdefault("WADILOCO_CHECK_INVARIANTS", "1")
+
 
 def _find_shared() -> Path | None:
     """The shared data folder: ../shared next to the checkout, else $WADILOCO_SHARED."""

@@ -1,0 +1,116 @@
+"""Helpers shared by the sweep tests (test_sweep, test_crash_safety, test_determinism_sweep).
+
+The tiny sweep is `experiments/smoke.yaml` shrunk to 60 s horizons on a 2-host fleet (about 0.1 s
+per run once a worker has started), plus two test-only policies from tests/sweep_plugins.py, which
+reach spawned and Dask workers through $WADILOCO_PLUGINS. A test module that uses these helpers
+imports `plugins_env` too, so that autouse fixture sets $WADILOCO_PLUGINS for the module.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = str(Path(__file__).resolve().parent / "sweep_plugins.py")
+TINY_OVERRIDES = {"drain_s": 20, "fleet.islands": 2, "fleet.hosts_per_island": 1, "merge.h_min": 16,
+                  "merge.h_max": 48, "monitor.check_invariants": True}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins_env():
+    old = os.environ.get("WADILOCO_PLUGINS")
+    os.environ["WADILOCO_PLUGINS"] = PLUGIN
+    for k in ("WADILOCO_TEST_FAIL_SEEDS", "WADILOCO_TEST_SLEEP"):
+        os.environ.pop(k, None)
+    yield
+    if old is None:
+        os.environ.pop("WADILOCO_PLUGINS", None)
+    else:
+        os.environ["WADILOCO_PLUGINS"] = old
+    # leave the registry as other test modules expect it
+    from experiments import worker
+    from models.policies import POLICIES
+
+    for name in ("test_probe", "test_matched"):
+        POLICIES.pop(name, None)
+    worker._LOADED.discard(PLUGIN)
+
+
+def tiny_sweep_dict() -> dict:
+    """smoke.yaml, shrunk, with absolute regime paths and the two test-only policies added."""
+    d = yaml.safe_load((ROOT / "experiments" / "smoke.yaml").read_text())
+    base = ROOT / "experiments"
+    d["regimes"] = [str((base / (r if isinstance(r, str) else r["path"])).resolve()) for r in d["regimes"]]
+    d["horizon_s"] = 60
+    d["overrides"] = {**d.get("overrides", {}), **TINY_OVERRIDES}
+    for p in d["policies"]:
+        if p["name"] == "fixed":
+            p["params"] = {"H": 24}  # inside the shrunk corridor
+    d["policies"] = d["policies"] + [{"name": "test_probe", "params": {"H": 32}},
+                                     {"name": "test_matched", "references": ["test_probe"]}]
+    d["bootstrap"] = {"n_resamples": 500, "method": "BCa", "seed": 0}
+    return d
+
+
+def write_sweep(path: Path, d: dict) -> Path:
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def store_rows(out: Path) -> list[tuple]:
+    con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT scenario_hash, policy_label, params_hash, seed, draw, status, attempts "
+                           "FROM runs").fetchall()
+    finally:
+        con.close()
+
+
+def total_runs(sweep: Path) -> int:
+    from experiments.sweep import load_sweep
+
+    return len(load_sweep(sweep).tasks())
+
+
+def spawn_sweep(sweep: Path, out: Path, extra_env: dict, *args) -> subprocess.Popen:
+    """`wadiloco sweep` in a subprocess that leads its own process group (it and its workers)."""
+    env = {**os.environ, "WADILOCO_PLUGINS": PLUGIN, **extra_env}
+    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep), "--out", str(out),
+                             "--no-progress", *args], env=env, cwd=str(ROOT), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def ok_count(out: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM runs WHERE status = 'ok'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float = 60) -> int:
+    """SIGKILL the sweep's whole process group once the store holds `at_least` completed runs."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if proc.poll() is not None:
+            pytest.fail(f"sweep exited before the kill: {proc.stderr.read().decode()[-2000:]}")
+        n = ok_count(out)
+        if n >= at_least:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: a process group we started
+            proc.wait(timeout=30)
+            return n
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    pytest.fail("the sweep made no progress")

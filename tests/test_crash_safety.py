@@ -1,0 +1,458 @@
+"""Crash safety of sweeps: SIGKILL at random points and --resume, a read-only output folder, a full disk.
+
+- One sweep is SIGKILLed at points drawn with a fixed seed -- twice during start-up, after k1
+  and after k2 stored runs, and while the report is being written -- and resumed with
+  `--resume` after each kill. Only the main process is killed, as the OOM killer would, and its
+  workers must exit on their own. The final CSVs are byte-identical to an uninterrupted sweep's,
+  the store holds every run exactly once (attempts = 1), and no run stored before a kill is lost
+  or changed by a later session. Temp files of interrupted writes are cleared by the resume.
+- A read-only output folder (really read-only: as root, the check runs with an unprivileged
+  effective uid, since root ignores permission bits), an output path that is a file, and a
+  figures folder that cannot be made give exit code 2 and a one-paragraph message and change
+  nothing; an archived (read-only) sweep can still be exported.
+- A full disk -- SQLite's own "database or disk is full" (a page limit on the store's
+  connection) and ENOSPC while a report file is written -- gives exit code 2 and a clear
+  message, and leaves the store intact and readable.
+
+An exception inside one run being recorded while the sweep goes on is covered by
+tests/test_sweep.py::test_failing_run_is_recorded_and_retried_on_resume (and resumed there).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import errno
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+# imported up front: the read-only tests drop privileges, and may not import anything after that
+import experiments.commands  # noqa: F401
+import experiments.planning_cli  # noqa: F401
+import experiments.report  # noqa: F401
+import experiments.sweep_cli  # noqa: F401
+import experiments.sweeper as sweeper
+from experiments.cli import main
+from experiments.store import Store
+from sweep_helpers import ok_count, plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
+
+KILL_SEED = 20250607  # the kill points are drawn from this
+SEEDS = 2  # 2 regimes x 2 seeds x 8 runs per seed = 32 runs
+KEY = "scenario_hash, policy_label, params_hash, seed, draw"
+
+
+@contextlib.contextmanager
+def _inspect(out: Path):
+    """A connection to a copy of the store and its side files: what the next opener sees after
+    SQLite's own recovery (a read-only connection cannot roll back a hot journal a kill left)."""
+    with tempfile.TemporaryDirectory() as d:
+        for f in out.glob("runs.sqlite*"):
+            shutil.copy(f, Path(d) / f.name)
+        con = sqlite3.connect(Path(d) / "runs.sqlite")
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _rows(out: Path) -> dict[tuple, tuple]:
+    """Every stored run: key -> (status, attempts, summary_json), read straight from SQLite."""
+    with _inspect(out) as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+            return {}  # killed between creating the file and creating its tables
+        return {tuple(r[:5]): tuple(r[5:]) for r in
+                con.execute(f"SELECT {KEY}, status, attempts, summary_json FROM runs")}
+
+
+def _integrity(out: Path) -> str:
+    with _inspect(out) as con:
+        return con.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _leftovers(out: Path) -> list[str]:
+    """write_atomic's temp files (.<name>.<8 chars>) anywhere in the folder."""
+    return sorted(p.name for p in out.rglob(".*") if p.is_file() and not p.name.startswith(".wadiloco"))
+
+
+class InlineBackend:
+    """Runs each task in this process when it is submitted: no worker start-up, same results
+    (tests/test_determinism_sweep.py shows results do not depend on the processes that compute them)."""
+    name = "local"
+
+    def __init__(self, workers, plugins=()):
+        self.workers = 1
+
+    def submit(self, task):
+        f = cf.Future()
+        f.set_result(sweeper.execute_task(task))
+        return f
+
+    def wait(self, handles):
+        return list(handles)
+
+    def result(self, h):
+        return h.result()
+
+    def close(self, cancel=False):
+        pass
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory):
+    """The uninterrupted reference sweep, through the CLI, its runs computed in this process."""
+    root = tmp_path_factory.mktemp("crash")
+    d = tiny_sweep_dict()
+    d["seeds"] = SEEDS
+    sweep = write_sweep(root / "tiny.yaml", d)
+    out = root / "ref"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sweeper, "LocalBackend", InlineBackend)
+        assert main(["sweep", str(sweep), "--out", str(out), "--no-progress", "--no-figures"]) == 0
+    rows = _rows(out)
+    return {"sweep": sweep, "out": out, "total": len(rows), "rows": rows}
+
+
+# ---- SIGKILL and --resume -------------------------------------------------------------------
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below pid (its workers and multiprocessing's helpers), from /proc."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parent.items() if pp == p}
+        out |= kids
+        todo += list(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in (Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0])
+    except (OSError, IndexError):
+        return False
+
+
+def _kill_main(proc: subprocess.Popen) -> None:
+    """SIGKILL only the sweep's main process (as the OOM killer would) and check that its worker
+    processes notice and exit on their own rather than run on as orphans."""
+    kids = _descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    t0 = time.monotonic()
+    try:
+        while any(_alive(k) for k in kids):
+            assert time.monotonic() - t0 < 30, "worker processes outlived the killed sweep"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a process group we started; normally empty by now
+
+
+def _kill_after(proc: subprocess.Popen, cond, what: str, timeout: float = 90) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep exited before the kill ({what}): rc {proc.returncode}, "
+                        f"{proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() - t0 > timeout:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"the sweep never reached the kill point ({what})")
+        time.sleep(0.01)
+    _kill_main(proc)
+
+
+def _check_store(out: Path, before: dict[tuple, tuple], total: int, ref_rows: dict) -> dict[tuple, tuple]:
+    """After a kill: the store is sound, every run stored before is still there unchanged, every
+    stored run is a run of the plan, stored once, with the uninterrupted sweep's result."""
+    assert _integrity(out) == "ok"
+    rows = _rows(out)
+    assert len(rows) <= total
+    lost = [k for k, v in before.items() if v[0] == "ok" and rows.get(k) != v]
+    assert not lost, f"runs lost or changed after a kill: {lost[:3]}"
+    for k, (status, attempts, summary) in rows.items():
+        assert k in ref_rows, f"a run that is not in the plan: {k}"
+        assert status == "ok" and attempts == 1, (k, status, attempts)
+        assert summary == ref_rows[k][2], f"run {k} differs from the uninterrupted sweep"
+    return rows
+
+
+def test_sigkill_at_random_points_then_resume(ref, tmp_path):
+    sweep, total = ref["sweep"], ref["total"]
+    rng = random.Random(KILL_SEED)
+    startup_delay = rng.uniform(0.3, 3.0)  # after the launch: imports, opening the store, workers starting
+    k1 = rng.randint(3, total // 3)
+    k2 = rng.randint(total // 2, total - 4)
+    out = tmp_path / "out"
+    store = out / "runs.sqlite"
+    rows: dict[tuple, tuple] = {}
+    env = {"WADILOCO_TEST_SLEEP": "0.1"}  # test_probe runs sleep a little: kills land between runs less often
+
+    # 1. during start-up, as soon as the store file exists (SQLite is switching it to WAL then)
+    proc = spawn_sweep(sweep, out, env, "--workers", "2")
+    _kill_after(proc, store.exists, "start-up")
+    rows = _check_store(out, rows, total, ref["rows"])
+    print(f"killed at start-up: {len(rows)} runs stored, files {sorted(p.name for p in out.iterdir())}")
+
+    # 1b. at a random moment of the next start-up (or as soon as its first run is stored)
+    proc = spawn_sweep(sweep, out, env, "--workers", "2", "--resume")
+    t0 = time.monotonic()
+    _kill_after(proc, lambda: time.monotonic() - t0 > startup_delay or ok_count(out) > len(rows), "start-up")
+    rows = _check_store(out, rows, total, ref["rows"])
+    print(f"killed {time.monotonic() - t0:.2f} s after the launch (drawn: {startup_delay:.2f} s): "
+          f"{len(rows)} runs stored")
+    assert len(rows) < k1, "the start-up kills should land before the sweep is under way"
+
+    # 2. and 3. after k1, then k2 stored runs (on 2, then 1 worker)
+    for k, workers in ((k1, "2"), (k2, "1")):
+        proc = spawn_sweep(sweep, out, env, "--workers", workers, "--resume")
+        _kill_after(proc, lambda k=k: ok_count(out) >= k, f"after {k} runs")
+        rows = _check_store(out, rows, total, ref["rows"])
+        print(f"killed after {k} runs on {workers} worker(s): {len(rows)} runs stored")
+        assert k <= len(rows) < total, f"the kill after {k} runs should land partway ({len(rows)} stored)"
+
+    # 4. while the report is being written: every run is stored, runs.csv is, report.md is not yet
+    proc = spawn_sweep(sweep, out, {}, "--workers", "2", "--resume")
+    _kill_after(proc, lambda: (out / "runs.csv").exists(), "report writing")
+    rows = _check_store(out, rows, total, ref["rows"])
+    assert len(rows) == total
+    assert not (out / "report.md").exists(), "the kill should land before the report is finished"
+    print(f"killed while writing the report: {sorted(p.name for p in out.rglob('*'))}")
+    # a kill in the middle of a write leaves only a hidden temp file (never a truncated output);
+    # plant some to check that --resume clears them away
+    (out / ".summary.csv.k3j9x0qa").write_text("regime,poli")
+    (out / "figures").mkdir(exist_ok=True)
+    (out / "figures" / ".envelope.png.a8d7f6s5").write_bytes(b"\x89PN")
+    (out / "notes.txt").write_text("mine")  # a user's own file is left alone
+
+    # 5. the last --resume runs nothing and writes the outputs
+    assert main(["sweep", str(sweep), "--out", str(out), "--resume", "--no-progress", "--no-figures"]) == 0
+    final = _check_store(out, rows, total, ref["rows"])
+    assert set(final) == set(ref["rows"]), "lost or extra runs"
+    for f in ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv"):
+        assert (out / f).read_bytes() == (ref["out"] / f).read_bytes(), f
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == total and not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
+    assert (out / "report.md").exists() and (out / "notes.txt").read_text() == "mine"
+    assert _leftovers(out) == []
+
+
+# ---- read-only output folder ----------------------------------------------------------------
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """Make `path` read-only for this process. Root ignores permission bits, so as root the block
+    also runs with the effective uid/gid of `nobody` (the kernel then refuses writes for real)."""
+    mode = path.stat().st_mode
+    path.chmod(stat.S_IMODE(mode) & ~0o222)
+    dropped = False
+    try:
+        if os.geteuid() == 0:
+            try:
+                os.setegid(65534)
+                os.seteuid(65534)
+                dropped = True
+            except OSError:
+                pytest.skip("running as root and cannot drop privileges for a read-only folder")
+        yield
+    finally:
+        if dropped:
+            os.seteuid(0)
+            os.setegid(0)
+        path.chmod(stat.S_IMODE(mode))
+
+
+@pytest.fixture
+def public_tmp():
+    """A scratch folder everyone may read (pytest's tmp_path is private to root, so `nobody`
+    could not even read the sweep file there)."""
+    d = Path(tempfile.mkdtemp(prefix="wadiloco-ro-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _tree(p: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+def _one_paragraph(err: str, *names: str) -> None:
+    assert "Traceback" not in err and err.startswith("error: "), err
+    assert err.strip().count("\n") == 0, f"more than one paragraph: {err!r}"
+    for n in names:
+        assert n in err, (n, err)
+
+
+def _public_sweep(d: Path) -> Path:
+    """The reference sweep file with its scenarios copied next to it, all readable by anyone."""
+    sw = tiny_sweep_dict()
+    sw["seeds"] = SEEDS
+    regimes = []
+    for r in sw["regimes"]:
+        regimes.append(str(Path(shutil.copy(r, d / Path(r).name))))
+        Path(regimes[-1]).chmod(0o644)
+    sw["regimes"] = regimes
+    p = write_sweep(d / "tiny.yaml", sw)
+    p.chmod(0o644)
+    return p
+
+
+def _archive(ref_out: Path, dest: Path) -> Path:
+    """A copy of a finished sweep folder as an archive would hold it (no SQLite side files)."""
+    shutil.copytree(ref_out, dest)
+    for side in ("runs.sqlite-wal", "runs.sqlite-shm"):
+        (dest / side).unlink(missing_ok=True)
+    for f in [dest, *dest.rglob("*")]:
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    return dest
+
+
+def test_sweep_into_a_read_only_folder(ref, public_tmp, capsys):
+    sweep = _public_sweep(public_tmp)
+    out = public_tmp / "ro"
+    out.mkdir()
+    capsys.readouterr()
+    with read_only(out):
+        rc_new = main(["sweep", str(sweep), "--out", str(out), "--no-progress"])
+        err_new = capsys.readouterr().err
+        rc_sub = main(["sweep", str(sweep), "--out", str(out / "sub"), "--no-progress"])
+        err_sub = capsys.readouterr().err
+    assert rc_new == 2 and rc_sub == 2
+    _one_paragraph(err_new, str(out), "not writable")
+    _one_paragraph(err_sub, str(out / "sub"), "cannot create output folder")
+    assert list(out.iterdir()) == []
+
+
+def test_read_only_folder_holding_a_sweep(ref, public_tmp, capsys):
+    """An archived sweep: --resume and `report` refuse cleanly and change nothing; `export` to
+    somewhere writable still works (SQLite cannot create its WAL index next to the store there)."""
+    sweep = _public_sweep(public_tmp)
+    out = _archive(ref["out"], public_tmp / "archived")
+    before = _tree(out)
+    dest = public_tmp / "exports"
+    dest.mkdir()
+    dest.chmod(0o777)
+    capsys.readouterr()
+    with read_only(out):
+        rc_resume = main(["sweep", str(sweep), "--out", str(out), "--resume", "--no-progress"])
+        err_resume = capsys.readouterr().err
+        rc_report = main(["report", str(out), "--no-figures"])
+        err_report = capsys.readouterr().err
+        rc_export = main(["export", str(out), "--output", str(dest / "runs.csv")])
+        err_export = capsys.readouterr().err
+    assert rc_resume == 2 and rc_report == 2, (err_resume, err_report)
+    _one_paragraph(err_resume, str(out), "not writable")
+    _one_paragraph(err_report, "runs.csv", "cannot write")
+    assert rc_export == 0, err_export
+    assert pd.read_csv(dest / "runs.csv").shape[0] == ref["total"]
+    assert _tree(out) == before
+    assert _integrity(out) == "ok"
+
+
+def test_folder_name_with_uri_characters(ref, tmp_path):
+    """'#', '?' and '%' in the folder's name: the store is opened read-only through a file: URI,
+    which must not end the path early (and open, or create, some other file)."""
+    out = tmp_path / "run #3?x=1 100%"
+    shutil.copytree(ref["out"], out)
+    assert main(["report", str(out), "--no-figures"]) == 0
+    assert main(["export", str(out), "--output", str(tmp_path / "e.csv")]) == 0
+    assert (out / "runs.csv").read_bytes() == (ref["out"] / "runs.csv").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, "e.csv"])  # no stray file
+
+
+def test_figures_folder_that_cannot_be_made(ref, tmp_path, capsys):
+    out = tmp_path / "done"
+    shutil.copytree(ref["out"], out)
+    (out / "figures").write_text("in the way")
+    rc = main(["report", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    _one_paragraph(err, str(out / "figures"), "cannot create the figures folder")
+
+
+@pytest.mark.parametrize("how", ["out is a file", "out is below a file"])
+def test_output_path_that_is_a_file(ref, tmp_path, capsys, how):
+    f = tmp_path / "results"
+    f.write_text("not a folder")
+    out = f if how == "out is a file" else f / "sub"
+    rc = main(["sweep", str(ref["sweep"]), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    _one_paragraph(err, str(out), "cannot create output folder")
+    assert f.read_text() == "not a folder"
+
+
+# ---- full disk --------------------------------------------------------------------------------
+
+def test_full_disk_while_storing_runs(ref, tmp_path, monkeypatch, capsys):
+    """SQLite's own SQLITE_FULL, from a page limit on the store's connection: the sweep stops with
+    exit code 2 and a message, every run it stored is intact, and export still reads them."""
+    monkeypatch.setattr(sweeper, "LocalBackend", InlineBackend)
+    real_init = Store.__init__
+
+    def small_disk(self, path, readonly=False):
+        real_init(self, path, readonly)
+        if not readonly:
+            self.conn.execute("PRAGMA max_page_count = 40")  # 160 KiB: room for about half the runs
+
+    monkeypatch.setattr(Store, "__init__", small_disk)
+    out = tmp_path / "full"
+    rc = main(["sweep", str(ref["sweep"]), "--out", str(out), "--no-progress", "--no-figures"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    _one_paragraph(err, "runs.sqlite", "full", "intact")
+    monkeypatch.setattr(Store, "__init__", real_init)
+    assert _integrity(out) == "ok"
+    rows = _rows(out)
+    assert 0 < len(rows) < ref["total"]
+    for k, v in rows.items():
+        assert v == ref["rows"][k], k  # stored runs are complete and correct
+    assert main(["export", str(out), "--output", str(tmp_path / "e.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "e.csv")) == len(rows)
+    assert _leftovers(out) == []
+
+
+def test_full_disk_while_writing_the_report(ref, tmp_path, monkeypatch, capsys):
+    """ENOSPC on the third output file: exit code 2 and a message naming it; every output file is
+    either the old one or a complete new one, no temp file is left, the store is untouched."""
+    out = tmp_path / "done"
+    shutil.copytree(ref["out"], out)
+    for f in ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv"):
+        (out / f).write_text("old\n")
+    store_before = _rows(out)
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    rc = main(["sweep", str(ref["sweep"]), "--out", str(out), "--resume", "--no-progress", "--no-figures"])
+    err = capsys.readouterr().err
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert rc == 2
+    _one_paragraph(err, "comparisons.csv", "No space left on device")
+    for f in ("runs.csv", "summary.csv"):
+        assert (out / f).read_bytes() == (ref["out"] / f).read_bytes(), f
+    for f in ("comparisons.csv", "load_check.csv"):
+        assert (out / f).read_text() == "old\n", f
+    assert _leftovers(out) == []
+    assert _integrity(out) == "ok" and _rows(out) == store_before
