@@ -7,8 +7,21 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
   fastforward_speedup     per-iteration stepping time over fast-forward time, same scenario;
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
 largest disagreement in per-request times between the modes and the reference (a sanity check;
-tests/test_queueing.py asserts it). Every figure is the median of >= 3 runs (5 by default).
-One process, one thread: it measures one core.
+tests/test_queueing.py asserts it). One process, one thread: these measure one core.
+
+Then (benchmarks/sweep.py, benchmarks/memory.py; `--skip-sweep`, `--skip-memory` leave them out):
+  sweep_runs_per_min_1w/_2w  experiments/smoke.yaml through experiments.sweeper.execute_plan on 1 and
+                          2 local worker processes: runs x 60 / wall seconds of the sweep phase
+                          (pool start-up, runs, store writes; no report rendering);
+  dask_efficiency_2w      runs/min of the same sweep on a 2-worker Dask LocalCluster (backend="dask",
+                          cluster start-up included) / (2 x sweep_runs_per_min_1w);
+  paper_yaml_est_min_2w   an estimate of experiments/paper.yaml on 2 local workers, from per-regime
+                          run times (see benchmarks/sweep.py: paper_estimate);
+  peak_rss_mb_1h_64sidecars  peak RSS (MiB) of a child process running a 1-hour azure_conv replay on
+                          64 sidecars (8 islands x 8 hosts x 1), per-request table included.
+Every figure is the median of >= 3 runs (5 by default for the one-core figures, 3 for the rest).
+`--quick` shrinks every size (240 s bursty window, 1-seed 120 s smoke sweep, 600 s memory replay,
+one run per regime for the paper estimate); its figures are for smoke-testing the benchmark only.
 """
 from __future__ import annotations
 
@@ -24,9 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--quick", action="store_true",
-                    help="3 runs on a 240 s window (two burst periods) instead of 5 runs on the full scenario")
+                    help="3 runs on a 240 s bursty window (two burst periods) instead of 5 runs on the full "
+                         "scenario; a 1-seed 120 s smoke sweep; a 600 s memory replay; 1 run per paper estimate")
     ap.add_argument("--runs", type=int, default=None, help="repetitions per figure (>= 3)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-sweep", action="store_true", help="leave out the sweep and Dask figures")
+    ap.add_argument("--skip-memory", action="store_true", help="leave out the 64-sidecar memory figure")
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
     if runs < 3:
@@ -40,6 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     out = run_all(runs, horizon, args.seed)
+    other_runs = 3 if args.runs is None else runs  # slow figures: 3 runs unless told otherwise
+    if not args.skip_sweep:
+        from benchmarks.sweep import paper_estimate, run_sweep_benchmarks
+
+        sw = run_sweep_benchmarks(other_runs, quick=args.quick)
+        out.update(sw)
+        pe = paper_estimate(1 if args.quick else other_runs, sw["sweep_runs_per_min_1w"],
+                            sw["sweep_runs_per_min_2w"])
+        if pe is not None:
+            out.update(pe)
+    if not args.skip_memory:
+        from benchmarks.memory import run_memory_benchmark
+
+        out.update(run_memory_benchmark(other_runs, quick=args.quick))
     out["meta"] = {
         "runs": runs, "quick": args.quick, "statistic": "median",
         "python": platform.python_version(), "implementation": platform.python_implementation(),
@@ -71,6 +101,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{h['heapq_ratio_per_iteration']:.2f}   (max |engine - reference| {h['engine_vs_reference_max_diff_s']:.2g} s)",
         f"realtime_factor_bursty {out['realtime_factor_bursty']:.0f}",
     ]
+    if "sweep" in out:
+        sw = out["sweep"]
+        lines += [
+            f"{sw['plan']} ({sw['tasks']} runs{', quick' if sw['quick'] else ''}), sweep phase:",
+            f"  local 1 worker {sw['local_1w']['wall_s']:.1f} s   local 2 workers {sw['local_2w']['wall_s']:.1f} s"
+            + (f"   dask 2 workers {sw['dask_2w']['wall_s']:.1f} s" if "dask_2w" in sw else ""),
+            f"  sweep_runs_per_min_1w {out['sweep_runs_per_min_1w']:.1f}   "
+            f"sweep_runs_per_min_2w {out['sweep_runs_per_min_2w']:.1f}"
+            + (f"   dask_efficiency_2w {out['dask_efficiency_2w']:.2f}" if "dask_efficiency_2w" in out else ""),
+        ]
+    if "paper" in out:
+        p = out["paper"]
+        lines.append(f"{p['plan']}: {p['tasks']} runs, {p['serial_cpu_min']:.1f} min of runs in series; "
+                     f"paper_yaml_est_min_2w {out['paper_yaml_est_min_2w']:.1f} "
+                     f"(naive tasks / smoke runs-per-min: {p['naive_est_min_2w']:.1f})")
+    if "memory" in out:
+        m = out["memory"]
+        lines.append(f"{m['scenario']} {m['sidecars']} sidecars, {m['sim_s']:.0f} s simulated, {m['requests']} requests "
+                     f"(per-request table {m['request_table_mb']:.0f} MiB kept): "
+                     f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
+                     f"real-time x{m['realtime_factor']:.0f})")
     print("\n".join(lines))
     return 0
 

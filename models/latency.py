@@ -5,8 +5,13 @@ fitted to the p50 of every decode row (batch B at context ctx: sum_ctx = B*ctx, 
 prefill row (T tokens: prefill_tokens = T, batch = 1). Step times span 4 ms to 195 ms, so plain OLS
 would fit the long prefills and miss decode steps by ~45%; we fit OLS on the rows scaled by 1/y
 (relative error, i.e. WLS with weights 1/y^2) and report R^2 of the unscaled predictions, so the
-short decode steps that dominate serving are fitted as well as the prefills. The fit is cheap, but
-statsmodels is slow to import, so it runs once per process.
+short decode steps that dominate serving are fitted as well as the prefills.
+
+Two ways to compute the same fit: `statsmodels` (`sm.WLS`, what `wadiloco calibrate` reports) and
+`numpy` (the same weighted least squares, rows whitened by sqrt(weight) and solved with the
+Moore-Penrose pseudo-inverse). Simulations use the numpy one (`default_latency`): importing
+statsmodels costs seconds per process, paid again by every sweep worker, for a 19-row, 4-column
+fit. tests/test_latency_fit.py checks that both give the same coefficients.
 """
 from __future__ import annotations
 
@@ -60,14 +65,28 @@ def design_rows(cal: dict) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(X, float), np.asarray(y, float)
 
 
-def fit_latency(cal: dict | None = None) -> LatencyModel:
-    import statsmodels.api as sm
+def wls_numpy(X: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted least squares without statsmodels: OLS on the rows scaled by sqrt(weights)."""
+    s = np.sqrt(weights)
+    return np.linalg.pinv(X * s[:, None]) @ (y * s)
 
+
+def fit_latency(cal: dict | None = None, method: str = "statsmodels") -> LatencyModel:
+    """Relative-error fit (WLS, weights 1/y^2) of the calibration's p50 rows, by `method`
+    ("statsmodels" or "numpy"); R^2 and the largest relative error are of the unscaled predictions."""
     cal = cal if cal is not None else load_calibration()
     X, y = design_rows(cal)
-    res = sm.WLS(y, X, weights=1.0 / y**2).fit()
-    a, b, c, d = (float(v) for v in res.params)
-    pred = X @ res.params
+    w = 1.0 / y**2
+    if method == "statsmodels":
+        import statsmodels.api as sm
+
+        params = np.asarray(sm.WLS(y, X, weights=w).fit().params, dtype=float)
+    elif method == "numpy":
+        params = wls_numpy(X, y, w)
+    else:
+        raise ValueError(f"unknown fit method {method!r} (statsmodels or numpy)")
+    a, b, c, d = (float(v) for v in params)
+    pred = X @ params
     r2 = 1.0 - float(np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
     return LatencyModel(a, b, c, d, r2=r2, n=len(y),
                         max_rel_err=float(np.max(np.abs(pred - y) / y)))
@@ -75,4 +94,5 @@ def fit_latency(cal: dict | None = None) -> LatencyModel:
 
 @lru_cache(maxsize=1)
 def default_latency() -> LatencyModel:
-    return fit_latency()
+    """The simulator's latency model: the built-in calibration, fitted once per process (numpy)."""
+    return fit_latency(method="numpy")

@@ -17,18 +17,27 @@ rest of the current one as fabric jobs, which then share the link with the merge
 from __future__ import annotations
 
 import heapq
+from array import array
+from bisect import bisect_right
 from collections import deque
+from math import ceil
 
 import numpy as np
 import simpy
 
-from models.batching import iters_to_reach, iters_within, run_time
+from models.batching import gpu_iters_to_reach, iters_to_reach, iters_within, run_time
 from models.latency import LatencyModel
 from sim.fabric import Fabric, Link
 
 hold_share = Fabric.hold_share
 
 NAN = float("nan")
+
+
+def _packed(x, code: str, dtype) -> array:
+    a = array(code)
+    a.frombytes(memoryview(np.ascontiguousarray(x, dtype=dtype)).cast("B"))
+    return a
 
 
 class Sidecar:
@@ -38,10 +47,12 @@ class Sidecar:
         self.env = env
         self.idx = idx
         self.t_arr = arrivals.t
-        self.prompt = arrivals.prompt.tolist()
-        self.output = arrivals.output.tolist()
+        # The hot loop reads these one element at a time: compact typed arrays (8 bytes a request;
+        # a list of Python objects takes 5x that) whose items come out as Python floats and ints.
+        self.prompt = _packed(arrivals.prompt, "q", np.int64)
+        self.output = _packed(arrivals.output, "q", np.int64)
         self.n = len(arrivals.t)
-        self._t_list = arrivals.t.tolist()
+        self._t_list = _packed(arrivals.t, "d", np.float64)
         self.lat = lat
         self.max_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
@@ -71,22 +82,15 @@ class Sidecar:
 
     # -- observation helpers (present state only) ---------------------------------------------
     def queue_len(self, now: float) -> int:
-        arrived = int(np.searchsorted(self.t_arr, now, side="right"))
-        return len(self.waiting) + (arrived - self.next_i)
+        """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
+        or before an earlier instant, so the search can start there.)"""
+        i, t = self.next_i, self._t_list
+        return len(self.waiting) + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
 
     def running(self) -> int:
         return self.n_dec + len(self.prefilling)
 
     # -- the process ---------------------------------------------------------------------------
-    def _pull(self, now: float) -> None:
-        t = self._t_list
-        i = self.next_i
-        n = self.n
-        while i < n and t[i] <= now:
-            self.waiting.append(i)
-            i += 1
-        self.next_i = i
-
     def _wake(self) -> None:
         if self._interruptible:
             self._interruptible = False
@@ -95,79 +99,140 @@ class Sidecar:
             self.proc.interrupt()
 
     def run(self):
+        # The hot loop keeps everything it touches in locals. The engine's counters (n_dec, sum_ctx,
+        # diter, next_i) are written back to `self` before every yield, because observers
+        # (queue_len, running) read them while the engine is suspended.
         env = self.env
         lat = self.lat
         a, b, c, d = lat.a, lat.b, lat.c, lat.d
         h = self.h
+        t_list = self._t_list
+        n = self.n
+        prompt, output = self.prompt, self.output
+        waiting, prefilling, prefilled = self.waiting, self.prefilling, self.prefilled
+        fin_heap = self.fin_heap
+        admitted, first_token, finish = self.admitted, self.first_token, self.finish
+        gpu, host = self.gpu, self.host
+        gpu_jobs, host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
+        max_seqs, budget0, ff = self.max_seqs, self.budget, self.ff
+        timeout = env.timeout
+        wake = self._wake
+        push, pop = heapq.heappush, heapq.heappop
+        n_dec, sum_ctx, diter, i = self.n_dec, self.sum_ctx, self.diter, self.next_i
         while True:
             now = env.now
-            self._pull(now)
-            if not self.n_dec and not self.prefilling and not self.waiting:
-                if self.next_i >= self.n:
+            # pull every request that has arrived by now
+            if i < n and t_list[i] <= now:
+                waiting.append(i)
+                i += 1
+                while i < n and t_list[i] <= now:
+                    waiting.append(i)
+                    i += 1
+                self.next_i = i
+            if not n_dec and not prefilling and not waiting:
+                if i >= n:
                     return
-                yield env.timeout(self._t_list[self.next_i] - now)
+                yield timeout(t_list[i] - now)
                 continue
             # ---- schedule one iteration ----
-            budget = self.budget - self.n_dec
-            chunks: list[tuple[int, int]] = []
-            for rid in self.prefilling:
-                if budget <= 0:
-                    break
-                take = min(self.prompt[rid] - self.prefilled[rid], budget)
-                chunks.append((rid, take))
-                budget -= take
-            while self.waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
-                rid = self.waiting.popleft()
-                self.admitted[rid] = now
-                self.prefilling.append(rid)
-                self.prefilled[rid] = 0
-                take = min(self.prompt[rid], budget)
-                chunks.append((rid, take))
-                budget -= take
-            prefill_tokens = sum(t for _, t in chunks)
-            batch = self.n_dec + len(chunks)
-            g0 = a + b * prefill_tokens + c * self.sum_ctx + d * batch
-            # ---- how many iterations can run as one closed-form step ----
-            k = 1
-            dg = c * self.n_dec
-            # Speeds on our GPU and host: 1 when alone, a constant share when only merge holds
-            # press on them, None when finite jobs share them (then the fabric must decide).
-            rg = 1.0 if not self.gpu.jobs else hold_share(self.gpu)
-            rh = 1.0 if not self.host.jobs else hold_share(self.host)
-            free = rg is not None and rh is not None
-            if free:
-                sg, sdg, sh = (g0, dg, h) if rg == 1.0 and rh == 1.0 else (g0 / rg, dg / rg, h / rh)
-                if self.ff and not chunks and self.n_dec:
-                    k = self.fin_heap[0][0] - self.diter
-                    span = run_time(k, sg, sdg, sh)
-                    if k > 1 and self.n_dec < self.max_seqs and self.next_i < self.n:
-                        # stop at the first boundary at or after the next admissible arrival
-                        wait = self._t_list[self.next_i] - now
-                        if span > wait:
-                            k = iters_to_reach(wait, sg, sdg, sh, k)
-                            span = run_time(k, sg, sdg, sh)
+            if prefilling or waiting:
+                budget = budget0 - n_dec
+                chunks: list[tuple[int, int]] | None = []
+                for rid in prefilling:
+                    if budget <= 0:
+                        break
+                    take = min(prompt[rid] - prefilled[rid], budget)
+                    chunks.append((rid, take))
+                    budget -= take
+                while waiting and budget > 0 and n_dec + len(prefilling) < max_seqs:
+                    rid = waiting.popleft()
+                    admitted[rid] = now
+                    prefilling.append(rid)
+                    prefilled[rid] = 0
+                    take = min(prompt[rid], budget)
+                    chunks.append((rid, take))
+                    budget -= take
+                prefill_tokens = 0
+                for _, take in chunks:
+                    prefill_tokens += take
+                g0 = a + b * prefill_tokens + c * sum_ctx + d * (n_dec + len(chunks))
+            else:
+                chunks = None
+                g0 = a + c * sum_ctx + d * n_dec  # the same value: a + b*0 == a exactly
+            dg = c * n_dec
+            # ---- speeds on our GPU and host ----
+            # 1 when alone (the common case: no fabric work at all), a constant share when only
+            # merge holds press on them, None when finite jobs share them (the fabric decides).
+            shared = False
+            if gpu_jobs or host_jobs:
+                rg = 1.0 if not gpu_jobs else hold_share(gpu)
+                rh = 1.0 if not host_jobs else hold_share(host)
+                if rg is None or rh is None:
+                    shared = True
+                elif rg == 1.0 and rh == 1.0:
+                    sg, sdg, sh = g0, dg, h
                 else:
+                    sg, sdg, sh = g0 / rg, dg / rg, h / rh
+            else:
+                rg = rh = 1.0
+                sg, sdg, sh = g0, dg, h
+            if shared:
+                k = to_book = 1
+                self.contended_iterations += 1
+                yield from self._shared_iteration(g0, h)
+            else:
+                # ---- how many iterations can run as one closed-form step ----
+                if ff and not chunks and n_dec:
+                    k = fin_heap[0][0] - diter  # >= 1: finished requests were popped
+                    # span = run_time(k, sg, sdg, sh), inlined (models.batching, same expressions)
+                    gpu_bound = sh <= sg  # no host-bound iteration: an arithmetic series
+                    if gpu_bound:
+                        span = k * sg + sdg * (k * (k - 1) / 2)
+                    else:  # the first m iterations are host-bound
+                        if sdg <= 0:
+                            m = k
+                        else:
+                            m = ceil((sh - sg) / sdg)
+                            if m > k:
+                                m = k
+                        if m and sh <= sg + (m - 1) * sdg:
+                            m -= 1
+                        span = m * sh + (k - m) * sg + sdg * (k * (k - 1) / 2 - m * (m - 1) / 2)
+                    if k > 1 and n_dec < max_seqs and i < n:
+                        # stop at the first boundary at or after the next admissible arrival
+                        wait = t_list[i] - now
+                        if span > wait:
+                            if gpu_bound:
+                                k = gpu_iters_to_reach(wait, sg, sdg, k)
+                                span = k * sg + sdg * (k * (k - 1) / 2)
+                            else:
+                                k = iters_to_reach(wait, sg, sdg, sh, k)
+                                span = run_time(k, sg, sdg, sh)
+                else:
+                    k = 1
                     span = sh if sh > sg else sg
-            # ---- run them ----
-            to_book = k
-            if free:
+                # ---- run them ----
                 # Exact: our rates cannot change before the occupant callback wakes us.
+                to_book = k
                 slowed = rg < 1.0 or rh < 1.0
                 self._interruptible = True
-                self.gpu.occupant = self._wake
-                self.host.occupant = self._wake
+                gpu.occupant = wake
+                host.occupant = wake
                 try:
-                    yield env.timeout(span)
+                    yield timeout(span)
                     self._interruptible = False
-                    self.gpu.occupant = None
-                    self.host.occupant = None
+                    gpu.occupant = None
+                    host.occupant = None
                 except simpy.Interrupt:
                     # The jobs on our GPU/host changed: finish the current iteration in the fabric.
                     el = env.now - now
                     done = iters_within(el, sg, sdg, sh, k)
                     if done < k:
                         e = el - run_time(done, sg, sdg, sh)
-                        self._advance_decode(done)
+                        if done > 0:
+                            diter += done
+                            sum_ctx += n_dec * done
+                            self.sum_ctx, self.diter = sum_ctx, diter
                         # the finished iterations ran at the old rates, the partial one is shared
                         self.contended_iterations += (done if slowed else 0) + 1
                         k = done + 1
@@ -176,20 +241,41 @@ class Sidecar:
                         yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
                 if slowed:
                     self.contended_iterations += k
-            else:
-                self.contended_iterations += 1
-                yield from self._shared_iteration(g0, h)
             end = env.now
             if self.iter_log is not None:
                 self.iter_log.append((now, end))
             self.busy_time += end - now
             self.iterations += k
             # ---- book the results ----
-            self._advance_decode(to_book)
+            diter += to_book
+            sum_ctx += n_dec * to_book
             if chunks:
-                self._finish_prefills(chunks, end)
-            if self.fin_heap and self.fin_heap[0][0] <= self.diter:
-                self._complete(end)
+                # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to
+                # the new admissions appended to it), and only the last chunk can fall short of
+                # its prompt: the requests whose prefill completes are a prefix of `prefilling`.
+                completed = 0
+                for rid, take in chunks:
+                    got = prefilled[rid] + take
+                    if got < prompt[rid]:
+                        prefilled[rid] = got
+                        continue
+                    del prefilled[rid]
+                    completed += 1
+                    first_token[rid] = end
+                    out = output[rid]
+                    if out <= 1:
+                        finish[rid] = end
+                        continue
+                    n_dec += 1
+                    sum_ctx += prompt[rid] + 1
+                    push(fin_heap, (diter + out - 1, rid))
+                del prefilling[:completed]
+            while fin_heap and fin_heap[0][0] <= diter:
+                rid = pop(fin_heap)[1]
+                finish[rid] = end
+                n_dec -= 1
+                sum_ctx -= prompt[rid] + output[rid]
+            self.n_dec, self.sum_ctx, self.diter = n_dec, sum_ctx, diter
 
     def _shared_iteration(self, g: float, h: float):
         gpu, host = self.gpu, self.host
@@ -199,33 +285,3 @@ class Sidecar:
             yield jg.done
         if jh is not None:
             yield jh.done
-
-    def _advance_decode(self, k: int) -> None:
-        if k > 0:
-            self.diter += k
-            self.sum_ctx += self.n_dec * k
-
-    def _finish_prefills(self, chunks, end: float) -> None:
-        for rid, take in chunks:
-            got = self.prefilled[rid] + take
-            if got < self.prompt[rid]:
-                self.prefilled[rid] = got
-                continue
-            del self.prefilled[rid]
-            self.prefilling.remove(rid)
-            self.first_token[rid] = end
-            out = self.output[rid]
-            if out <= 1:
-                self.finish[rid] = end
-                continue
-            self.n_dec += 1
-            self.sum_ctx += self.prompt[rid] + 1
-            heapq.heappush(self.fin_heap, (self.diter + out - 1, rid))
-
-    def _complete(self, end: float) -> None:
-        heap = self.fin_heap
-        while heap and heap[0][0] <= self.diter:
-            _, rid = heapq.heappop(heap)
-            self.finish[rid] = end
-            self.n_dec -= 1
-            self.sum_ctx -= self.prompt[rid] + self.output[rid]

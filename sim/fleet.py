@@ -6,7 +6,9 @@ for its GPUs, CPU path and PCIe. Sidecar engines, islands and merge phases are t
 from __future__ import annotations
 
 import math
+import os
 import time
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +92,9 @@ class Fleet:
         self.sc = sc
         self.seed = int(seed)
         self.draw = draw
-        self.check = sc.monitor.check_invariants if check is None else check
+        # $WADILOCO_CHECK_INVARIANTS=1 turns the checks on for every run (the test suite sets it)
+        env_check = os.environ.get("WADILOCO_CHECK_INVARIANTS", "").strip().lower() in ("1", "true", "yes", "on")
+        self.check = (sc.monitor.check_invariants or env_check) if check is None else check
         self.env = env = simpy.Environment()
         self.lat = latency or default_latency()
         self.w = resolve_weights(sc)
@@ -160,6 +164,14 @@ class Fleet:
         self._n_bins = 0
         self._used_prev: dict[str, float] = {}
         self.merging = False
+        # observe(): figures that change only when the monitor adds a bin, or on a merge, are cached
+        self._win_n = max(1, int(round(sc.monitor.pressure_window_s / self.bin_s)))
+        self._press_key = -1  # number of monitor bins the cached pressures were computed from
+        self._press: tuple[float, float, float] = (0.0, 0.0, 0.0)  # p_net, p_srv, p_ckpt
+        self._sig_key: float | None = None  # progress.merged_tokens the cached learner signals assume
+        self._sig_cache: dict[int, LearnerSignals] = {}  # staleness -> signals (frozen, shareable)
+        self._dur_key: tuple = ()
+        self._dur_mean = 0.0
         env.process(self._monitor())
         self.trainer = Trainer(self, self.policy, sc.horizon_s)
 
@@ -217,77 +229,124 @@ class Fleet:
 
     # ---- observation -------------------------------------------------------------------------
     def _window_mean(self, key: str) -> float:
-        n = max(1, int(round(self.sc.monitor.pressure_window_s / self.bin_s)))
+        n = self._win_n
         xs = self.tl[key][-n:]
         return float(sum(xs) / len(xs)) if xs else 0.0
 
-    def observe(self, step: int, tr: Trainer) -> Observation:
-        now = self.env.now
-        last = tr.last_merge_step
-        signals = []
-        for k in tr.island_step:
-            stale = max(0, k - last)
-            signals.append(LearnerSignals(self.progress.dloss_if_merged(stale) / len(tr.island_step),
-                                          stale * self.sc.training.tokens_per_step, stale))
-        counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
-        n = max(1, int(round(self.sc.monitor.pressure_window_s / self.bin_s)))
-        recent = counts[-n:]
+    def _pressures(self) -> tuple[float, float, float]:
+        """(p_net, p_srv, p_ckpt) over the pressure window. They depend only on the monitor's bins,
+        so they are recomputed only when the monitor has added one since the last call."""
+        tl = self.tl
+        key = len(tl["t"])
+        if key == self._press_key:
+            return self._press
+        n = self._win_n
+        recent = self._counts[:self._n_bins][-n:]
         rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
-        queue = sum(s.queue_len(now) for s in self.sidecars)
-        running = sum(s.running() for s in self.sidecars)
         # p_srv: serving load relative to capacity over the pressure window, the larger of
         # (a) the arrival rate over the fleet's request capacity (unknown when arrivals were
         # injected; then only (b) counts) and (b) the mean occupancy, (waiting + in batch) over the
         # fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
         cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
         slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
-        occ = [(q + r) / slots for q, r in zip(self.tl["queue"][-n:], self.tl["running"][-n:])]
+        occ = [(q + r) / slots for q, r in zip(tl["queue"][-n:], tl["running"][-n:])]
         p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0,
                              float(sum(occ) / len(occ)) if occ else 0.0))
+        self._press = (min(1.0, self._window_mean("p_net")), p_srv, min(1.0, self._window_mean("p_ckpt")))
+        self._press_key = key
+        return self._press
+
+    def _signals(self, tr: Trainer) -> tuple[LearnerSignals, ...]:
+        """One LearnerSignals per island. They depend on staleness and on the tokens banked by
+        merges, so they are cached per staleness until the next merge is recorded."""
+        if self._sig_key != self.progress.merged_tokens:
+            self._sig_key = self.progress.merged_tokens
+            self._sig_cache = {}
+        cache = self._sig_cache
+        last = tr.last_merge_step
+        n_isl = len(tr.island_step)
+        signals = []
+        for k in tr.island_step:
+            stale = max(0, k - last)
+            s = cache.get(stale)
+            if s is None:
+                s = cache[stale] = LearnerSignals(self.progress.dloss_if_merged(stale) / n_isl,
+                                                  stale * self.sc.training.tokens_per_step, stale)
+            signals.append(s)
+        return tuple(signals)
+
+    def observe(self, step: int, tr: Trainer) -> Observation:
+        now = self.env.now
+        counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
+        p_net, p_srv, p_ckpt = self._pressures()
+        queue = running = 0
+        for s in self.sidecars:  # Sidecar.queue_len(now) and .running(), inlined
+            i = s.next_i
+            t = s._t_list
+            queue += len(s.waiting) + (bisect_right(t, now, i + 1) - i if i < s.n and t[i] <= now else 0)
+            running += s.n_dec + len(s.prefilling)
         done = [m for m in tr.merges if m.end > 0]
+        key = (len(done), done[-1].end) if done else ()
+        if key != self._dur_key:
+            self._dur_key = key
+            self._dur_mean = float(np.mean([m.duration for m in done])) if done else 0.0
         return Observation(
-            now=now, step=step, last_merge_step=last, merges=len(done),
+            now=now, step=step, last_merge_step=tr.last_merge_step, merges=len(done),
             h_min=self.sc.merge.h_min, h_max=self.sc.merge.h_max, step_time_s=self.sc.training.step_time_s,
-            learners=tuple(signals), p_net=min(1.0, self._window_mean("p_net")), p_srv=p_srv,
-            p_ckpt=min(1.0, self._window_mean("p_ckpt")), queue_len=queue, running=running, bin_s=self.bin_s,
-            arrival_counts=counts, merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0)
+            learners=self._signals(tr), p_net=p_net, p_srv=p_srv,
+            p_ckpt=p_ckpt, queue_len=queue, running=running, bin_s=self.bin_s,
+            arrival_counts=counts, merge_duration_s=self._dur_mean)
 
     def _monitor(self):
         env = self.env
+        bin_s = self.bin_s
         wan = [lk for (u, v), lk in self.edge_links.items() if self.graph.edges[u, v]["kind"] in ("wan", "nic")]
         store = [lk for (u, v), lk in self.edge_links.items() if self.graph.edges[u, v]["kind"] == "storage"]
-        prev = {id(lk): 0.0 for lk in wan + store}
+        # Only limited links count (an unlimited one is never busy): [link, capacity-seconds per bin,
+        # its `used` at the last sample].
+        wan_u = [[lk, lk.capacity * bin_s, 0.0] for lk in wan if not lk.unlimited]
+        store_u = [[lk, lk.capacity * bin_s, 0.0] for lk in store if not lk.unlimited]
+
+        def util(rows) -> float:
+            best = 0.0
+            for row in rows:
+                used = row[0].used
+                x = (used - row[2]) / row[1]
+                row[2] = used
+                if x > best:
+                    best = x
+            return best
+
+        sidecars = self.sidecars
+        seen_at = self._arr_seen
+        counts = self._counts
+        n_counts = len(counts)
+        tl = self.tl
+        t_, arr_, queue_, running_, merging_, net_, ckpt_ = (
+            tl[k].append for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt"))
         end = self.horizon + self.sc.drain_s
         while env.now < end:
-            yield env.timeout(self.bin_s)
+            yield env.timeout(bin_s)
             now = env.now
             self.net._advance()
-
-            def util(lks):
-                best = 0.0
-                for lk in lks:
-                    du = lk.used - prev[id(lk)]
-                    prev[id(lk)] = lk.used
-                    if not lk.unlimited:
-                        best = max(best, du / (lk.capacity * self.bin_s))
-                return best
-
-            arrived = 0
-            for k, s in enumerate(self.sidecars):
-                seen = int(np.searchsorted(s.t_arr, now, side="right"))
-                arrived += seen - self._arr_seen[k]
-                self._arr_seen[k] = seen
-            tl = self.tl
-            tl["t"].append(now)
-            tl["arrivals"].append(arrived)
-            if self._n_bins < len(self._counts):
-                self._counts[self._n_bins] = arrived
+            arrived = queue = running = 0
+            for k, s in enumerate(sidecars):
+                t_list = s._t_list
+                seen = bisect_right(t_list, now, seen_at[k])  # arrivals so far
+                arrived += seen - seen_at[k]
+                seen_at[k] = seen
+                queue += len(s.waiting) + (seen - s.next_i)  # Sidecar.queue_len(now)
+                running += s.n_dec + len(s.prefilling)  # Sidecar.running()
+            t_(now)
+            arr_(arrived)
+            if self._n_bins < n_counts:
+                counts[self._n_bins] = arrived
                 self._n_bins += 1
-            tl["queue"].append(sum(s.queue_len(now) for s in self.sidecars))
-            tl["running"].append(sum(s.running() for s in self.sidecars))
-            tl["merging"].append(1.0 if self.merging else 0.0)
-            tl["p_net"].append(util(wan))
-            tl["p_ckpt"].append(util(store))
+            queue_(queue)
+            running_(running)
+            merging_(1.0 if self.merging else 0.0)
+            net_(util(wan_u))
+            ckpt_(util(store_u))
 
     def peak_link_load(self) -> float:
         links = list(self.net.links.values()) + [lk for hr in self.hosts for lk in hr.links()]
@@ -310,9 +369,10 @@ class Fleet:
         self.env.run(until=self.horizon + self.sc.drain_s)
         wall = time.perf_counter() - t0
         merges = [m for m in self.trainer.merges if m.end > 0]
+        # the arrivals' own arrays (no per-request copies: this table is the run's peak of memory)
         req = request_table(
-            [(s.t_arr, np.asarray(s.prompt, dtype=np.int64), np.asarray(s.output, dtype=np.int64),
-              s.admitted, s.first_token, s.finish) for s in self.sidecars],
+            [(s.t_arr, np.asarray(a.prompt, dtype=np.int64), np.asarray(a.output, dtype=np.int64),
+              s.admitted, s.first_token, s.finish) for s, a in zip(self.sidecars, self.arrivals)],
             self.sc.slo.ttft_s, self.sc.slo.tpot_s, merges)
         unmerged = max(self.trainer.island_step) - self.trainer.last_merge_step if self.trainer.island_step else 0
         summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s)

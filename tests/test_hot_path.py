@@ -1,0 +1,195 @@
+"""The hot path's shortcuts compute exactly what the plain code computes.
+
+* The latency fit: numpy's pseudo-inverse WLS (what simulations use, no statsmodels import) gives
+  statsmodels' WLS coefficients, and `wadiloco calibrate` still reports the statsmodels fit.
+* models/batching.py: the inlined GPU-bound forms equal the general closed forms.
+* sim/fleet.py observe(): the cached pressures, learner signals and merge duration, and the
+  inlined queue/running counts, equal a from-scratch computation at every decision of runs with
+  merges, and the monitor's arrival/queue samples equal a from-scratch count.
+
+Correctness only; speed lives in `python -m benchmarks`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models import batching
+from models.config import load_scenario, with_overrides
+from models.latency import LatencyModel, default_latency, design_rows, fit_latency, load_calibration
+from models.policies.base import LearnerSignals, Observation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- latency fit -----------------------------------------------------------------------------
+
+def _perturbed(cal: dict, rng: np.random.Generator) -> dict:
+    cal = {"latency_model": {k: [dict(r) for r in v] for k, v in cal["latency_model"].items()}}
+    for rows in cal["latency_model"].values():
+        for r in rows:
+            r["p50_ms"] *= float(np.exp(rng.normal(0, 0.1)))
+    return cal
+
+
+@pytest.mark.parametrize("perturb", [None, 1, 2, 3])
+def test_numpy_wls_matches_statsmodels(perturb):
+    import statsmodels.api as sm
+
+    cal = load_calibration()
+    if perturb is not None:
+        cal = _perturbed(cal, np.random.default_rng(perturb))
+    X, y = design_rows(cal)
+    want = sm.WLS(y, X, weights=1.0 / y**2).fit().params
+    sm_fit, np_fit = fit_latency(cal, method="statsmodels"), fit_latency(cal, method="numpy")
+    got = np.array([np_fit.a, np_fit.b, np_fit.c, np_fit.d])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose([sm_fit.a, sm_fit.b, sm_fit.c, sm_fit.d], want, rtol=0, atol=0)
+    assert np_fit.r2 == pytest.approx(sm_fit.r2, rel=1e-12)
+    assert np_fit.max_rel_err == pytest.approx(sm_fit.max_rel_err, rel=1e-9)
+
+
+def test_default_latency_is_the_statsmodels_fit():
+    a, b = default_latency(), fit_latency()
+    for f in dataclasses.fields(LatencyModel):
+        assert getattr(a, f.name) == pytest.approx(getattr(b, f.name), rel=1e-12), f.name
+
+
+def test_calibrate_reports_the_statsmodels_fit(monkeypatch):
+    import statsmodels.api as sm
+
+    calls = []
+    real = sm.WLS
+    monkeypatch.setattr(sm, "WLS", lambda *a, **k: calls.append(1) or real(*a, **k))
+    from experiments.cli import main
+
+    assert main(["calibrate", "--json"]) == 0
+    assert calls, "wadiloco calibrate must fit with statsmodels"
+    with pytest.raises(ValueError):
+        fit_latency(method="nope")
+
+
+def test_a_run_does_not_import_statsmodels():
+    code = ("import sys\nfrom models.config import load_scenario, with_overrides\nfrom experiments.runner import run_one\n"
+            "sc = with_overrides(load_scenario('scenarios/normal.yaml'), {'horizon_s': 5.0, 'drain_s': 1.0})\n"
+            "run_one(sc, 0)\nprint('statsmodels' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---- batching closed forms -------------------------------------------------------------------
+
+def _run_time_general(k, g0, dg, h):
+    """models.batching.run_time as first written: host-bound count, then the series."""
+    if k <= 0:
+        return 0.0
+    m = batching.host_bound_count(k, g0, dg, h)
+    if m and h <= g0 + (m - 1) * dg:
+        m -= 1
+    return m * h + (k - m) * g0 + dg * (k * (k - 1) / 2 - m * (m - 1) / 2)
+
+
+def _iters_to_reach_general(t, g0, dg, h, kmax):
+    k = min(kmax, max(0, batching._guess(t, g0, dg, h)))
+    while k < kmax and _run_time_general(k + 1, g0, dg, h) <= t:
+        k += 1
+    while k > 0 and _run_time_general(k, g0, dg, h) > t:
+        k -= 1
+    if _run_time_general(k, g0, dg, h) < t:
+        k += 1
+    return max(1, min(k, kmax))
+
+
+def test_batching_fast_forms_are_exact():
+    rnd = random.Random(7)
+    checked = 0
+    for _ in range(50_000):
+        g0 = rnd.choice([rnd.uniform(0, 0.01), rnd.randint(0, 8) / 256, 0.0039458 + rnd.random() * 1e-3])
+        dg = rnd.choice([0.0, rnd.uniform(0, 1e-5), rnd.randint(0, 4) / 2**13, 3.17e-8 * rnd.randint(1, 256)])
+        h = rnd.choice([0.0, 0.0049, rnd.uniform(0, 0.02), rnd.randint(0, 8) / 256])
+        k = rnd.randint(0, 3000)
+        rt = _run_time_general(k, g0, dg, h)
+        assert batching.run_time(k, g0, dg, h) == rt  # bit for bit
+        if h <= g0 and k >= 1 and (g0 > 0 or dg > 0):
+            assert batching.gpu_run_time(k, g0, dg) == rt
+            # arbitrary targets, and targets exactly on a boundary
+            t = rnd.uniform(1e-9, rt * 1.2 + 1e-3) if rnd.random() < 0.7 else _run_time_general(rnd.randint(1, k), g0, dg, h)
+            want = _iters_to_reach_general(t, g0, dg, h, k)
+            assert batching.gpu_iters_to_reach(t, g0, dg, k) == want == batching.iters_to_reach(t, g0, dg, h, k)
+            checked += 1
+    assert checked > 10_000
+
+
+# ---- observe() and the monitor ---------------------------------------------------------------
+
+def _reference_observation(fleet, step, tr) -> Observation:
+    """observe() computed from scratch, without caches or inlining."""
+    now = fleet.env.now
+    last = tr.last_merge_step
+    signals = []
+    for k in tr.island_step:
+        stale = max(0, k - last)
+        signals.append(LearnerSignals(fleet.progress.dloss_if_merged(stale) / len(tr.island_step),
+                                      stale * fleet.sc.training.tokens_per_step, stale))
+    counts = fleet._counts[:fleet._n_bins].copy()
+    n = max(1, int(round(fleet.sc.monitor.pressure_window_s / fleet.bin_s)))
+    recent = counts[-n:]
+    rate = float(recent.sum() / (len(recent) * fleet.bin_s)) if len(recent) else 0.0
+    queue = sum(len(s.waiting) + int(np.searchsorted(s.t_arr, now, side="right")) - s.next_i for s in fleet.sidecars)
+    running = sum(s.n_dec + len(s.prefilling) for s in fleet.sidecars)
+    cap_total = (fleet.capacity_rps or 0.0) * len(fleet.sidecars)
+    slots = max(1, fleet.sc.engine.max_num_seqs * len(fleet.sidecars))
+    occ = [(q + r) / slots for q, r in zip(fleet.tl["queue"][-n:], fleet.tl["running"][-n:])]
+    p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
+
+    def window_mean(key):
+        xs = fleet.tl[key][-n:]
+        return float(sum(xs) / len(xs)) if xs else 0.0
+
+    done = [m for m in tr.merges if m.end > 0]
+    return Observation(
+        now=now, step=step, last_merge_step=last, merges=len(done), h_min=fleet.sc.merge.h_min,
+        h_max=fleet.sc.merge.h_max, step_time_s=fleet.sc.training.step_time_s, learners=tuple(signals),
+        p_net=min(1.0, window_mean("p_net")), p_srv=p_srv, p_ckpt=min(1.0, window_mean("p_ckpt")),
+        queue_len=queue, running=running, bin_s=fleet.bin_s, arrival_counts=counts,
+        merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0)
+
+
+@pytest.mark.parametrize("name,policy,params", [("bursty", "wa_diloco", {}), ("pressure_heavy", "fixed", {"H": 64}),
+                                                ("sustained_sync_heavy", "online_forecast", {})])
+def test_observe_equals_a_fresh_computation(name, policy, params):
+    from sim.fleet import Fleet
+
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / f"{name}.yaml"),
+                        {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32})
+    fleet = Fleet(sc, 3, policy, params)
+    real = fleet.observe
+    seen = []
+
+    def checked(step, tr):
+        got, want = real(step, tr), _reference_observation(fleet, step, tr)
+        for f in dataclasses.fields(Observation):
+            a, b = getattr(got, f.name), getattr(want, f.name)
+            if isinstance(b, np.ndarray):
+                assert np.array_equal(a, b), f.name
+            else:
+                assert a == b or (isinstance(b, float) and math.isnan(a) and math.isnan(b)), (f.name, a, b)
+        seen.append(got)
+        return got
+
+    fleet.observe = checked
+    res = fleet.run()
+    assert len(seen) > 300 and res.summary["merges"] >= 1
+    assert any(o.p_srv > 0 for o in seen) and any(o.queue_len > 0 or o.running > 0 for o in seen)
+    # the monitor's samples, from scratch
+    t = np.asarray(fleet.tl["t"])
+    arr = np.concatenate([a.t for a in fleet.arrivals])
+    arrived = np.searchsorted(np.sort(arr), t, side="right")
+    assert np.array_equal(np.cumsum(fleet.tl["arrivals"]), arrived)
