@@ -32,6 +32,7 @@ def slug(name: str) -> str:
 
 
 def _save(fig, path: Path) -> None:
+    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the suptitle; no label runs into a neighbour
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -78,7 +79,7 @@ def violation_rate(summary: pd.DataFrame, regimes: list[str], path: Path) -> Non
 
 def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path: Path) -> None:
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = _grid(len(regimes))
+    fig, axes = _grid(len(regimes), h=4.6)
     for ax, reg in zip(axes, regimes):
         s = summary[summary["regime"] == reg]
         ctrl = s[s["role"] == "control"].reset_index(drop=True)
@@ -118,15 +119,15 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
                         fmt=markers[j % len(markers)], color=sns.color_palette("dark", 8)[j % 8], capsize=3,
                         ms=7, label=row["policy"])
         ticks = order + (["(no matched control)"] if unpaired else [])
-        ax.set_xticks(range(len(ticks)), ticks)
+        ax.set_xticks(range(len(ticks)), [t.replace("matched_random", "MR") for t in ticks])
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xlim(-0.6, len(ticks) - 0.4 + (0.25 if not unpaired else 0))
         ax.set_xlabel("")
         ax.set_ylabel("sync-excess SLO violation (pts)")
-        ax.tick_params(axis="x", rotation=20)
+        ax.tick_params(axis="x", rotation=15)
         if len(pols):
             ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Matched-random envelope (dots: draws x seeds; band: envelope) and policies (mean, CI)")
+    fig.suptitle("Matched-random (MR) envelope (dots: draws x seeds; band: envelope) and policies (mean, CI)")
     _save(fig, path)
 
 
