@@ -65,11 +65,12 @@ def write_sweep(path: Path, d: dict) -> Path:
     return path
 
 
-def store_rows(out: Path) -> list[tuple]:
+def store_rows(out: Path, columns: str = "status, attempts") -> list[tuple]:
+    """The store's rows (key columns first, then `columns`), in key order, read-only."""
     con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True)
     try:
-        return con.execute("SELECT scenario_hash, policy_label, params_hash, seed, draw, status, attempts "
-                           "FROM runs").fetchall()
+        return con.execute(f"SELECT scenario_hash, policy_label, params_hash, seed, draw, {columns} "
+                           "FROM runs ORDER BY 1, 2, 3, 4, 5").fetchall()
     finally:
         con.close()
 

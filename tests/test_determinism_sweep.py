@@ -9,25 +9,19 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 from pathlib import Path
 
 import pandas as pd
 
 from experiments.cli import main
-from sweep_helpers import plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
+from sweep_helpers import plugins_env, spawn_sweep, store_rows, tiny_sweep_dict, write_sweep  # noqa: F401
 
 SEEDS = 2
 OUTPUTS = ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv", "report.md")
 
 
 def _store(out: Path) -> list[tuple]:
-    con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT scenario_hash, policy_label, params_hash, seed, draw, status, summary_json, "
-                           "timeline_json, reference_json, detail FROM runs ORDER BY 1, 2, 3, 4, 5").fetchall()
-    finally:
-        con.close()
+    return store_rows(out, "status, summary_json, timeline_json, reference_json, detail")
 
 
 def _same(a: Path, b: Path) -> None:
