@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from models.config import Scenario
-from models.policies import POLICIES, parse_policy
+from models.policies import parse_policy
 from sim.fleet import RunResult, simulate
 
 
 def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
-    cls, p = parse_policy(policy, params)
+    _, p = parse_policy(policy, params)
     ref = getattr(p, "reference", None)
     if not ref:
         return None
@@ -40,5 +40,3 @@ def run_one(sc: Scenario, seed: int, policy: str | None = None, params: dict[str
     res.summary["reference_merges"] = reference["merges"] if reference else None
     return res
 
-
-__all__ = ["run_one", "reference_of", "POLICIES"]

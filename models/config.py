@@ -248,8 +248,10 @@ def with_overrides(sc: Scenario, overrides: dict[str, Any]) -> Scenario:
             if not isinstance(node, dict) or part not in node:
                 raise InputError(sc.source, dotted, "no such field")
             node = node[part]
-        if not isinstance(node, dict) or (parts[-1] not in node and node is not data.get("workload")
-                                          and node is not data.get("policy", {}).get("params")):
+        # The workload's and the policy's params are free-form here (their own models check them
+        # on re-validation), so a key they do not have yet may be added; elsewhere it must exist.
+        open_ended = node is data["workload"] or node is data["policy"]["params"]
+        if not isinstance(node, dict) or (parts[-1] not in node and not open_ended):
             raise InputError(sc.source, dotted, "no such field")
         node[parts[-1]] = value
     return scenario_from_dict(data, sc.source, sc.base_dir)

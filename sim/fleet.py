@@ -162,7 +162,6 @@ class Fleet:
         self._arr_seen = [0] * len(self.sidecars)
         self._counts = np.zeros(int((sc.horizon_s + sc.drain_s) / self.bin_s) + 2)
         self._n_bins = 0
-        self._used_prev: dict[str, float] = {}
         self.merging = False
         # observe(): figures that change only when the monitor adds a bin, or on a merge, are cached
         self._win_n = max(1, int(round(sc.monitor.pressure_window_s / self.bin_s)))
@@ -244,9 +243,9 @@ class Fleet:
         recent = self._counts[:self._n_bins][-n:]
         rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
         # p_srv: serving load relative to capacity over the pressure window, the larger of
-        # (a) the arrival rate over the fleet's request capacity (unknown when arrivals were
-        # injected; then only (b) counts) and (b) the mean occupancy, (waiting + in batch) over the
-        # fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
+        # (a) the arrival rate over the fleet's request capacity (unknown for a trace replayed
+        # without `load`; then only (b) counts) and (b) the mean occupancy, (waiting + in batch)
+        # over the fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
         cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
         slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
         occ = [(q + r) / slots for q, r in zip(tl["queue"][-n:], tl["running"][-n:])]
@@ -279,12 +278,8 @@ class Fleet:
         now = self.env.now
         counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
         p_net, p_srv, p_ckpt = self._pressures()
-        queue = running = 0
-        for s in self.sidecars:  # Sidecar.queue_len(now) and .running(), inlined
-            i = s.next_i
-            t = s._t_list
-            queue += len(s.waiting) + (bisect_right(t, now, i + 1) - i if i < s.n and t[i] <= now else 0)
-            running += s.n_dec + len(s.prefilling)
+        queue = sum(s.queue_len(now) for s in self.sidecars)
+        running = sum(s.running() for s in self.sidecars)
         done = [m for m in tr.merges if m.end > 0]
         key = (len(done), done[-1].end) if done else ()
         if key != self._dur_key:
@@ -336,7 +331,7 @@ class Fleet:
                 arrived += seen - seen_at[k]
                 seen_at[k] = seen
                 queue += len(s.waiting) + (seen - s.next_i)  # Sidecar.queue_len(now)
-                running += s.n_dec + len(s.prefilling)  # Sidecar.running()
+                running += s.running()
             t_(now)
             arr_(arrived)
             if self._n_bins < n_counts:
