@@ -73,12 +73,18 @@ class Sidecar:
         self.sum_ctx = 0  # sum over decoding requests of prompt + tokens generated
         self.diter = 0  # iterations run so far
         self.fin_heap: list[tuple[int, int]] = []  # (iteration at which it finishes, rid)
-        self.iterations = 0
-        self.busy_time = 0.0
         self.contended_iterations = 0
+        # The engine stays its links' occupant for good; `_interruptible` says whether a call
+        # from the fabric finds it in a timeout it can cut short.
         self._interruptible = False
+        gpu.occupant = host.occupant = self._wake
         self.iter_log: list[tuple[float, float]] | None = None  # (start, end) per step, when probing
         self.proc = env.process(self.run())
+
+    @property
+    def iterations(self) -> int:
+        """Iterations finished so far (every booked iteration advances `diter` by one)."""
+        return self.diter
 
     # -- observation helpers (present state only) ---------------------------------------------
     def queue_len(self, now: float) -> int:
@@ -94,8 +100,6 @@ class Sidecar:
     def _wake(self) -> None:
         if self._interruptible:
             self._interruptible = False
-            self.gpu.occupant = None
-            self.host.occupant = None
             self.proc.interrupt()
 
     def run(self):
@@ -116,7 +120,7 @@ class Sidecar:
         gpu_jobs, host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
         max_seqs, budget0, ff = self.max_seqs, self.budget, self.ff
         timeout = env.timeout
-        wake = self._wake
+        log = self.iter_log  # set by the probe before the run starts
         push, pop = heapq.heappush, heapq.heappop
         n_dec, sum_ctx, diter, i = self.n_dec, self.sum_ctx, self.diter, self.next_i
         while True:
@@ -152,9 +156,7 @@ class Sidecar:
                     take = min(prompt[rid], budget)
                     chunks.append((rid, take))
                     budget -= take
-                prefill_tokens = 0
-                for _, take in chunks:
-                    prefill_tokens += take
+                prefill_tokens = budget0 - n_dec - budget
                 g0 = a + b * prefill_tokens + c * sum_ctx + d * (n_dec + len(chunks))
             else:
                 chunks = None
@@ -180,6 +182,7 @@ class Sidecar:
                 k = to_book = 1
                 self.contended_iterations += 1
                 yield from self._shared_iteration(g0, h)
+                end = env.now
             else:
                 # ---- how many iterations can run as one closed-form step ----
                 if ff and not chunks and n_dec:
@@ -216,13 +219,10 @@ class Sidecar:
                 to_book = k
                 slowed = rg < 1.0 or rh < 1.0
                 self._interruptible = True
-                gpu.occupant = wake
-                host.occupant = wake
                 try:
                     yield timeout(span)
                     self._interruptible = False
-                    gpu.occupant = None
-                    host.occupant = None
+                    end = now + span  # what env.now is: SimPy adds the delay to the same float
                 except simpy.Interrupt:
                     # The jobs on our GPU/host changed: finish the current iteration in the fabric.
                     el = env.now - now
@@ -239,13 +239,11 @@ class Sidecar:
                         to_book = 1
                         slowed = False
                         yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
+                    end = env.now
                 if slowed:
                     self.contended_iterations += k
-            end = env.now
-            if self.iter_log is not None:
-                self.iter_log.append((now, end))
-            self.busy_time += end - now
-            self.iterations += k
+            if log is not None:
+                log.append((now, env.now))
             # ---- book the results ----
             diter += to_book
             sum_ctx += n_dec * to_book

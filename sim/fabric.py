@@ -14,10 +14,10 @@ A job with infinite work is a *hold*: it presses on its links until `stop()` (e.
 serialisation keeps the host CPU busy for as long as the storage write lasts).
 
 Hot-path support: a serving engine that finds its links empty runs without submitting jobs and
-registers as the links' `occupant` (one engine per link: each sidecar has its own GPU and CPU
-links); the fabric calls the occupant back the moment any job
-arrives on such a link, at the same simulated instant, so the engine can hand over the rest of
-its iteration as ordinary jobs. The result is exact, and the uncontended common case costs no
+is the links' `occupant` (one engine per link: each sidecar has its own GPU and CPU links); the
+fabric calls the occupant back the moment the job set on such a link changes, at the same
+simulated instant, so the engine can hand over the rest of its iteration as ordinary jobs (the
+engine ignores calls that come while it is not running on its own). The result is exact, and the uncontended common case costs no
 fabric work at all.
 """
 from __future__ import annotations
@@ -107,7 +107,6 @@ class Fabric:
         for lk in links:
             occ = lk.occupant
             if occ is not None:
-                lk.occupant = None
                 occ()
 
     @staticmethod
