@@ -20,6 +20,7 @@ import heapq
 from array import array
 from bisect import bisect_right
 from collections import deque
+import math
 from math import ceil
 
 import numpy as np
@@ -34,6 +35,28 @@ hold_share = Fabric.hold_share
 NAN = float("nan")
 
 
+def delay_to(now: float, t: float) -> float:
+    """A delay d with now + d == t in floating point, so that a timeout set from the SimPy clock
+    `now` fires at exactly the engine's own clock value t (t - now alone can miss by an ulp)."""
+    d = t - now
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t:
+        d = math.nextafter(d, -math.inf)
+    return d
+
+
+class Lookahead:
+    """The instant before which nothing outside the engines will look at them or put work on their
+    links (the fleet keeps it: sim.fleet.Fleet.bound_changed). An iteration that ends before it is
+    booked at once, without a SimPy event: every later event sees the same state at the same
+    instant as if the engine had yielded. -inf (the default) turns this off."""
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = -math.inf
+
+
 def _packed(x, code: str, dtype) -> array:
     a = array(code)
     a.frombytes(memoryview(np.ascontiguousarray(x, dtype=dtype)).cast("B"))
@@ -43,7 +66,7 @@ def _packed(x, code: str, dtype) -> array:
 class Sidecar:
     def __init__(self, env: simpy.Environment, idx: int, arrivals, lat: LatencyModel, *,
                  max_num_seqs: int, max_num_batched_tokens: int, host_s: float,
-                 gpu: Link, host: Link, fast_forward: bool = True):
+                 gpu: Link, host: Link, fast_forward: bool = True, lookahead: Lookahead | None = None):
         self.env = env
         self.idx = idx
         self.t_arr = arrivals.t
@@ -60,6 +83,7 @@ class Sidecar:
         self.gpu = gpu
         self.host = host
         self.ff = fast_forward
+        self.la = lookahead or Lookahead()
         # per-request results
         self.first_token = np.full(self.n, NAN)
         self.finish = np.full(self.n, NAN)
@@ -121,10 +145,12 @@ class Sidecar:
         max_seqs, budget0, ff = self.max_seqs, self.budget, self.ff
         timeout = env.timeout
         log = self.iter_log  # set by the probe before the run starts
+        la = self.la
         push, pop = heapq.heappush, heapq.heappop
         n_dec, sum_ctx, diter, i = self.n_dec, self.sum_ctx, self.diter, self.next_i
+        now = env.now  # the engine's clock: env.now after a yield, ahead of it between yields
+        ahead = False  # now > env.now: steps were booked without yielding
         while True:
-            now = env.now
             # pull every request that has arrived by now
             if i < n and t_list[i] <= now:
                 waiting.append(i)
@@ -136,7 +162,13 @@ class Sidecar:
             if not n_dec and not prefilling and not waiting:
                 if i >= n:
                     return
-                yield timeout(t_list[i] - now)
+                nxt = now + (t_list[i] - now)  # what env.now would become
+                if nxt < la.until:
+                    ahead = True
+                else:
+                    yield timeout(delay_to(env.now, nxt) if ahead else t_list[i] - now)
+                    ahead = False
+                now = nxt
                 continue
             # ---- schedule one iteration ----
             if prefilling or waiting:
@@ -179,6 +211,9 @@ class Sidecar:
                 rg = rh = 1.0
                 sg, sdg, sh = g0, dg, h
             if shared:
+                if ahead:  # (cannot happen: merge work never meets an engine that ran ahead)
+                    yield timeout(delay_to(env.now, now))
+                    ahead = False
                 k = to_book = 1
                 self.contended_iterations += 1
                 yield from self._shared_iteration(g0, h)
@@ -218,32 +253,37 @@ class Sidecar:
                 # Exact: our rates cannot change before the occupant callback wakes us.
                 to_book = k
                 slowed = rg < 1.0 or rh < 1.0
-                self._interruptible = True
-                try:
-                    yield timeout(span)
-                    self._interruptible = False
-                    end = now + span  # what env.now is: SimPy adds the delay to the same float
-                except simpy.Interrupt:
-                    # The jobs on our GPU/host changed: finish the current iteration in the fabric.
-                    el = env.now - now
-                    done = iters_within(el, sg, sdg, sh, k)
-                    if done < k:
-                        e = el - run_time(done, sg, sdg, sh)
-                        if done > 0:
-                            diter += done
-                            sum_ctx += n_dec * done
-                            self.sum_ctx, self.diter = sum_ctx, diter
-                        # the finished iterations ran at the old rates, the partial one is shared
-                        self.contended_iterations += (done if slowed else 0) + 1
-                        k = done + 1
-                        to_book = 1
-                        slowed = False
-                        yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
-                    end = env.now
+                end = now + span  # what env.now would become: SimPy adds the delay to the same float
+                if end < la.until:
+                    ahead = True  # nothing will interrupt or observe us before `end`
+                else:
+                    self._interruptible = True
+                    try:
+                        yield timeout(delay_to(env.now, end) if ahead else span)
+                        self._interruptible = False
+                        ahead = False
+                    except simpy.Interrupt:
+                        # The jobs on our GPU/host changed: finish the current iteration in the fabric.
+                        ahead = False
+                        el = env.now - now
+                        done = iters_within(el, sg, sdg, sh, k)
+                        if done < k:
+                            e = el - run_time(done, sg, sdg, sh)
+                            if done > 0:
+                                diter += done
+                                sum_ctx += n_dec * done
+                                self.sum_ctx, self.diter = sum_ctx, diter
+                            # the finished iterations ran at the old rates, the partial one is shared
+                            self.contended_iterations += (done if slowed else 0) + 1
+                            k = done + 1
+                            to_book = 1
+                            slowed = False
+                            yield from self._shared_iteration(g0 + done * dg - e * rg, h - e * rh)
+                        end = env.now
                 if slowed:
                     self.contended_iterations += k
             if log is not None:
-                log.append((now, env.now))
+                log.append((now, end))
             # ---- book the results ----
             diter += to_book
             sum_ctx += n_dec * to_book
@@ -274,6 +314,7 @@ class Sidecar:
                 n_dec -= 1
                 sum_ctx -= prompt[rid] + output[rid]
             self.n_dec, self.sum_ctx, self.diter = n_dec, sum_ctx, diter
+            now = end
 
     def _shared_iteration(self, g: float, h: float):
         gpu, host = self.gpu, self.host

@@ -26,7 +26,7 @@ from models.policies.base import FutureView, LearnerSignals, Observation, Policy
 from models.rng import stream
 from models.training import ProgressModel
 from models.workloads import arrivals_hash, generate_arrivals
-from sim.engine import Sidecar
+from sim.engine import Lookahead, Sidecar
 from sim.fabric import INF, Fabric
 from sim.topology import build_graph, host_node, ring_allreduce_flows, route
 from sim.training import PHASES, MergeRecord, Trainer
@@ -88,7 +88,7 @@ class Fleet:
     def __init__(self, sc: Scenario, seed: int, policy_name: str | None = None,
                  policy_params: dict | None = None, *, draw: int = 0, reference_merges: int | None = None,
                  reference_steps: int | None = None, check: bool | None = None, arrivals=None,
-                 latency: LatencyModel | None = None):
+                 latency: LatencyModel | None = None, lookahead: bool = True):
         self.sc = sc
         self.seed = int(seed)
         self.draw = draw
@@ -133,6 +133,13 @@ class Fleet:
         self.serialize = [self.net.link(f"{hr.name}/serialize", ser) for hr in self.hosts]
 
         # ---- serving ----
+        # Engines may run ahead of the SimPy clock up to the next instant anything else could look
+        # at them or put work on their links (bound_changed); off until run() starts the clock.
+        self.lookahead = Lookahead()
+        self._lookahead_on = False
+        self._use_lookahead = lookahead
+        self._end = self.horizon + sc.drain_s
+        self._mon_next = -INF
         self.sidecars: list[Sidecar] = []
         for s in range(fc.n_sidecars):
             hr = self.hosts[s // fc.sidecars_per_host]
@@ -140,7 +147,7 @@ class Fleet:
                 env, s, self.arrivals[s], self.lat, max_num_seqs=sc.engine.max_num_seqs,
                 max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=self.host_s,
                 gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpus[s % fc.sidecars_per_host],
-                fast_forward=sc.engine.fast_forward))
+                fast_forward=sc.engine.fast_forward, lookahead=self.lookahead))
 
         # ---- training ----
         self.progress = ProgressModel(sc.training.params, sc.training.tokens_per_step, fc.islands,
@@ -174,11 +181,25 @@ class Fleet:
         env.process(self._monitor())
         self.trainer = Trainer(self, self.policy, sc.horizon_s)
 
+    # ---- how far engines may run ahead -------------------------------------------------------
+    def bound_changed(self) -> None:
+        """Recompute the lookahead bound. Outside a merge, only three things read an engine or
+        touch its links: the policy's decisions (at a trainer step whose time is drawn ahead),
+        the monitor's samples and the end of the run. During a merge there is no bound."""
+        if not self._lookahead_on or self.merging:
+            self.lookahead.until = -INF
+            return
+        t = self.trainer.next_decision_at()
+        if self._mon_next < t:
+            t = self._mon_next
+        self.lookahead.until = t if t < self._end else self._end
+
     # ---- merge phases ----------------------------------------------------------------------
     def run_phase(self, phase: str):
         sc, fc, w = self.sc, self.sc.fleet, self.w
         env = self.env
         self.merging = True
+        self.lookahead.until = -INF
         per_host = sc.training.params / fc.hosts_per_island
         jobs = []
 
@@ -218,6 +239,7 @@ class Fleet:
         if pending:
             yield env.all_of(pending)
         self.merging = phase != PHASES[-1]
+        self.bound_changed()
 
     def _path(self, src: str, dst: str):
         edges = route(self.graph, src, dst)
@@ -321,6 +343,8 @@ class Fleet:
             tl[k].append for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt"))
         end = self.horizon + self.sc.drain_s
         while env.now < end:
+            self._mon_next = env.now + bin_s
+            self.bound_changed()
             yield env.timeout(bin_s)
             now = env.now
             self.net._advance()
@@ -361,7 +385,9 @@ class Fleet:
     # ---- run ---------------------------------------------------------------------------------
     def run(self) -> RunResult:
         t0 = time.perf_counter()
-        self.env.run(until=self.horizon + self.sc.drain_s)
+        self._lookahead_on = self._use_lookahead
+        self.bound_changed()
+        self.env.run(until=self._end)
         wall = time.perf_counter() - t0
         merges = [m for m in self.trainer.merges if m.end > 0]
         # the arrivals' own arrays (no per-request copies: this table is the run's peak of memory)

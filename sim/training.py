@@ -16,11 +16,14 @@ fabric jobs whose durations emerge from sizes and bandwidths:
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import simpy
 
 from models.rng import stream
+
+INF = float("inf")
 
 PHASES = ("stage", "allreduce", "outer", "ckpt")
 
@@ -58,21 +61,61 @@ class Trainer:
         self._arrived = 0
         self._round_done: simpy.Event | None = None
         self.decision_log: list[tuple[int, float, bool]] = []  # (step, time, merge?)
+        # Step times are drawn ahead, so the next decision's instant is known before it comes
+        # (next_decision_at): island i's queued step times, and when its step in flight ends
+        # (-inf while it waits at a merge barrier or has stopped).
+        self._rng = [stream(fleet.seed, "steps", i) for i in range(self.n_islands)]
+        self._ahead: list[deque[float]] = [deque() for _ in range(self.n_islands)]
+        self._ends = [-INF] * self.n_islands
         for i in range(self.n_islands):
-            self.env.process(self._island(i, stream(fleet.seed, "steps", i)))
+            self.env.process(self._island(i))
 
-    def _island(self, i: int, rng):
+    def _durations(self, i: int, m: int) -> deque:
+        """Island i's queue of step times, holding at least m. Drawn in blocks: one numpy call
+        per 256 steps, in stream order, so when a block is drawn never changes a step's time."""
+        q = self._ahead[i]
+        while len(q) < m:
+            q.extend((self.step_time * (1.0 + self.jitter * self._rng[i].standard_normal(256))).clip(
+                0.05 * self.step_time).tolist())
+        return q
+
+    def next_decision_at(self) -> float:
+        """When the policy is next asked: the first island to end step `decided + 1` asks, unless
+        that is past the horizon. -inf while a merge is pending or running, or an island is not
+        stepping (the next decision is then not known)."""
+        if self.merge_at >= 0:
+            return -INF
+        best = INF
+        for i in range(self.n_islands):
+            t = self._ends[i]
+            if t == -INF:
+                return -INF
+            if t == INF:
+                continue
+            m = self.decided - self.island_step[i]  # steps after the one in flight
+            if m:
+                q = self._durations(i, m)
+                for j in range(m):
+                    t = t + q[j]  # as SimPy adds each step's delay to the clock
+                    if t >= best:
+                        break
+            if t < best:
+                best = t
+        return best if best < self.horizon else INF
+
+    def _island(self, i: int):
         env = self.env
         k = 0
-        # Draw in blocks: one numpy call per 256 steps keeps the stream identical and cheap.
-        block = []
         while True:
-            if not block:
-                block = (self.step_time * (1.0 + self.jitter * rng.standard_normal(256))).clip(
-                    0.05 * self.step_time).tolist()[::-1]
-            yield env.timeout(block.pop())
+            d = self._durations(i, 1).popleft()
+            self._ends[i] = env.now + d
+            self.f.bound_changed()
+            yield env.timeout(d)
+            self._ends[i] = -INF
             k += 1
             if env.now >= self.horizon and self.merge_at < k:
+                self._ends[i] = INF  # stopped: it asks nothing more
+                self.f.bound_changed()
                 return  # past the horizon with no merge pending at or ahead of this step
             self.island_step[i] = k
             if k > self.decided:
@@ -82,6 +125,7 @@ class Trainer:
                 self.decision_log.append((k, env.now, merge))
                 if merge:
                     self.merge_at = k
+                    self.f.bound_changed()
                     self._arrived = 0
                     self._round_done = env.event()
                     self.merges.append(MergeRecord(len(self.merges), k, env.now))
@@ -105,3 +149,4 @@ class Trainer:
         self.f.progress.record_merge(rec.step - self.last_merge_step)
         self.last_merge_step = rec.step
         self.merge_at = -1
+        self.f.bound_changed()

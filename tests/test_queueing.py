@@ -243,6 +243,37 @@ def test_fast_forward_is_exact(name, extra):
 
 
 # =============================================================================================
+# running ahead of the SimPy clock (sim.engine.Lookahead) changes nothing, bit for bit
+
+
+def _events(fleet) -> tuple[Fleet, int]:
+    eid0 = next(fleet.env._eid)
+    res = fleet.run()
+    return res, next(fleet.env._eid) - eid0
+
+
+@pytest.mark.parametrize("policy", ["wa_diloco", "online_forecast"])  # they act on what they observe
+@pytest.mark.parametrize("name,extra", FF_CASES)
+def test_lookahead_is_bit_identical(name, extra, policy):
+    sc = with_overrides(_scenario_for(name, extra),
+                        {"policy.name": policy, "policy.params": {}, "merge.h_max": 64})  # merges every <= 32 s
+    on, n_on = _events(Fleet(sc, 2, lookahead=True))
+    off, n_off = _events(Fleet(sc, 2, lookahead=False))
+    assert off.summary["merges"] >= 2 and off.summary["contended_iterations"] > 0, "no merge met serving"
+    assert n_on < 0.8 * n_off, f"engines never ran ahead ({n_on} vs {n_off} events): test is vacuous"
+    for k in off.requests:
+        np.testing.assert_array_equal(on.requests[k], off.requests[k], err_msg=k)
+    for k in off.timeline:
+        np.testing.assert_array_equal(on.timeline[k], off.timeline[k], err_msg=k)
+    assert on.decisions == off.decisions
+    assert [(m.step, m.start, m.end, m.phases) for m in on.merges] == \
+        [(m.step, m.start, m.end, m.phases) for m in off.merges]
+    drop = {"wall_time_s"}
+    assert {k: v for k, v in on.summary.items() if k not in drop} == \
+        {k: v for k, v in off.summary.items() if k not in drop}
+
+
+# =============================================================================================
 # the engine reproduces the heapq reference
 
 
