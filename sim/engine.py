@@ -102,6 +102,9 @@ class Sidecar:
         # from the fabric finds it in a timeout it can cut short.
         self._interruptible = False
         gpu.occupant = host.occupant = self._wake
+        # The instant the engine's state is as of, whenever it is suspended; never after env.now
+        # (the lookahead invariant the fleet checks at every observation).
+        self.clock = 0.0
         self.iter_log: list[tuple[float, float]] | None = None  # (start, end) per step, when probing
         self.proc = env.process(self.run())
 
@@ -166,6 +169,7 @@ class Sidecar:
                 if nxt < la.until:
                     ahead = True
                 else:
+                    self.clock = now
                     yield timeout(delay_to(env.now, nxt) if ahead else t_list[i] - now)
                     ahead = False
                 now = nxt
@@ -211,6 +215,7 @@ class Sidecar:
                 rg = rh = 1.0
                 sg, sdg, sh = g0, dg, h
             if shared:
+                self.clock = now
                 if ahead:  # (cannot happen: merge work never meets an engine that ran ahead)
                     yield timeout(delay_to(env.now, now))
                     ahead = False
@@ -257,6 +262,7 @@ class Sidecar:
                 if end < la.until:
                     ahead = True  # nothing will interrupt or observe us before `end`
                 else:
+                    self.clock = now
                     self._interruptible = True
                     try:
                         yield timeout(delay_to(env.now, end) if ahead else span)

@@ -296,8 +296,15 @@ class Fleet:
             signals.append(s)
         return tuple(signals)
 
+    def _check_not_ahead(self, now: float) -> None:
+        late = [s.idx for s in self.sidecars if s.clock > now]
+        if late:
+            raise inv.InvariantError(f"engines {late} ran past an observation at t={now!r}")
+
     def observe(self, step: int, tr: Trainer) -> Observation:
         now = self.env.now
+        if self.check:
+            self._check_not_ahead(now)
         counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
         p_net, p_srv, p_ckpt = self._pressures()
         queue = sum(s.queue_len(now) for s in self.sidecars)
@@ -347,6 +354,8 @@ class Fleet:
             self.bound_changed()
             yield env.timeout(bin_s)
             now = env.now
+            if self.check:
+                self._check_not_ahead(now)
             self.net._advance()
             arrived = queue = running = 0
             for k, s in enumerate(sidecars):

@@ -273,6 +273,19 @@ def test_lookahead_is_bit_identical(name, extra, policy):
         {k: v for k, v in off.summary.items() if k not in drop}
 
 
+def test_running_past_a_decision_is_caught(monkeypatch):
+    """The invariant behind the test above: no engine's state is ahead of an observation. A bound
+    that forgets the policy's decisions must trip it."""
+    from models.invariants import InvariantError
+    from sim.training import Trainer
+
+    sc = _scenario_for("bursty", {})
+    Fleet(sc, 2, check=True).run()  # the real bound passes
+    monkeypatch.setattr(Trainer, "next_decision_at", lambda self: math.inf)
+    with pytest.raises(InvariantError, match="ran past an observation"):
+        Fleet(sc, 2, check=True).run()
+
+
 # =============================================================================================
 # the engine reproduces the heapq reference
 
