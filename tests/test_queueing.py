@@ -252,8 +252,17 @@ def _events(fleet) -> tuple[Fleet, int]:
     return res, next(fleet.env._eid) - eid0
 
 
+LOOKAHEAD_CASES = FF_CASES + [
+    # long gaps between decisions and samples (more room to run ahead), islands far out of step,
+    # one island
+    pytest.param("bursty", {"monitor.sample_s": 7.3, "training.step_time_s": 0.2, "training.step_jitter": 0.5,
+                            "fleet.islands": 2}, id="bursty-sparse-jittery"),
+    pytest.param("aperiodic", {"fleet.islands": 1}, id="aperiodic-1-island"),
+]
+
+
 @pytest.mark.parametrize("policy", ["wa_diloco", "online_forecast"])  # they act on what they observe
-@pytest.mark.parametrize("name,extra", FF_CASES)
+@pytest.mark.parametrize("name,extra", LOOKAHEAD_CASES)
 def test_lookahead_is_bit_identical(name, extra, policy):
     sc = with_overrides(_scenario_for(name, extra),
                         {"policy.name": policy, "policy.params": {}, "merge.h_max": 64})  # merges every <= 32 s
