@@ -5,7 +5,7 @@ what is left of `max_num_batched_tokens` on prefill chunks: first for requests a
 prefilling, then for waiting requests admitted FCFS while fewer than `max_num_seqs` run.
 An iteration needs GPU work g (the fitted latency model) and host work h (scheduler, sampling,
 launches) at the same time; it ends when both are done. Requests are plain integers indexing
-this sidecar's arrival arrays, so the hot path allocates nothing per iteration.
+this sidecar's arrival arrays, so the hot path allocates no per-request objects.
 
 Fast path: when the engine's GPU and host links carry no other job, an iteration takes exactly
 max(h, g) and needs no fabric work. With `fast_forward`, a whole run of pure-decode iterations
@@ -13,14 +13,19 @@ max(h, g) and needs no fabric work. With `fast_forward`, a whole run of pure-dec
 closed form (models.batching). If merge work lands on the GPU or host link mid-run, the fabric
 interrupts the engine at that instant; it books the iterations already finished and submits the
 rest of the current one as fabric jobs, which then share the link with the merge.
+
+Lookahead: between merges nothing else touches the engine's links, and nothing reads its state
+except at known instants (the policy's next decision, the monitor's next sample: `Lookahead`).
+Iterations that end before then are booked without a SimPy event; the engine keeps its own clock
+and yields only for the iteration that crosses that instant. Results are bit-identical either way.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from array import array
 from bisect import bisect_right
 from collections import deque
-import math
 from math import ceil
 
 import numpy as np
