@@ -79,8 +79,10 @@ def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -
     from experiments.store import STORE_NAME
 
     tmp = Path(tempfile.mkdtemp(prefix=f"wadiloco-bench-{backend}{workers}-"))
-    cluster, start_s = start_dask_cluster(workers) if warm else (None, None)
+    cluster = start_s = None
     try:
+        if warm:
+            cluster, start_s = start_dask_cluster(workers)
         t0 = time.perf_counter()
         oc = execute_plan(plan, tmp / "out", workers=workers, backend=backend, progress=False,
                           scheduler=cluster.scheduler_address if cluster is not None else None)
