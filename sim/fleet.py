@@ -199,7 +199,7 @@ class Fleet:
         sc, fc, w = self.sc, self.sc.fleet, self.w
         env = self.env
         self.merging = True
-        self.lookahead.until = -INF
+        self.bound_changed()  # no bound while merge work is on the links
         per_host = sc.training.params / fc.hosts_per_island
         jobs = []
 
@@ -348,7 +348,7 @@ class Fleet:
         tl = self.tl
         t_, arr_, queue_, running_, merging_, net_, ckpt_ = (
             tl[k].append for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt"))
-        end = self.horizon + self.sc.drain_s
+        end = self._end
         while env.now < end:
             self._mon_next = env.now + bin_s
             self.bound_changed()
