@@ -1,1 +1,1 @@
-"""Benchmarks: `python -m benchmarks [--json] [--quick]`."""
+"""Benchmarks: `python -m wadiloco.benchmarks [--json] [--quick]`."""

@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--json] [--quick] [--runs N]`: how fast the simulator is, never asserted.
+"""`python -m wadiloco.benchmarks [--json] [--quick] [--runs N]`: how fast the simulator is, never asserted.
 
 Reports, for scenarios/bursty.yaml with the scenario's own policy:
   realtime_factor_bursty  simulated seconds per wall second (env.run only), fast-forward on;
@@ -35,7 +35,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m wadiloco.benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--quick", action="store_true",
                     help="3 runs on a 240 s bursty window (two burst periods) instead of 5 runs on the full "
@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import simpy
 
-    from benchmarks.bursty import run_all
+    from wadiloco.benchmarks.bursty import run_all
 
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     out = run_all(runs, horizon, args.seed)
     other_runs = 3 if args.runs is None else runs  # slow figures: 3 runs unless told otherwise
     if not args.skip_sweep:
-        from benchmarks.sweep import paper_estimate, run_sweep_benchmarks
+        from wadiloco.benchmarks.sweep import paper_estimate, run_sweep_benchmarks
 
         sw = run_sweep_benchmarks(other_runs, quick=args.quick)
         out.update(sw)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         if pe is not None:
             out.update(pe)
     if not args.skip_memory:
-        from benchmarks.memory import run_memory_benchmark
+        from wadiloco.benchmarks.memory import run_memory_benchmark
 
         out.update(run_memory_benchmark(other_runs, quick=args.quick))
     out["meta"] = {

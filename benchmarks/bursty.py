@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import run_engine
-from benchmarks.reference import serve
-from models.config import Scenario, load_scenario, with_overrides
-from sim.fleet import Fleet
+from wadiloco.benchmarks.harness import run_engine
+from wadiloco.benchmarks.reference import serve
+from wadiloco.models.config import Scenario, load_scenario, with_overrides
+from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import simpy
 
-from sim.engine import Sidecar
-from sim.fabric import Fabric
+from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.fabric import Fabric
 
 
 def run_engine(arrivals, lat, *, max_num_seqs: int, max_num_batched_tokens: int, host_s: float,

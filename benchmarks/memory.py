@@ -18,7 +18,7 @@ which `wadiloco run` writes to requests.csv; it is kept, and its size is reporte
                              imports, the arrivals (all 64 sidecars' requests are drawn up
                              front) and the engines' state.
 
-`python -m benchmarks.memory --child [--quick]` is the child; it prints one JSON line.
+`python -m wadiloco.benchmarks.memory --child [--quick]` is the child; it prints one JSON line.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.bursty import ROOT, median
+from wadiloco.benchmarks.bursty import ROOT, median
 
 AZURE = ROOT / "scenarios" / "azure_conv.yaml"
 OVERRIDES = {"fleet.islands": 8, "fleet.hosts_per_island": 8, "fleet.sidecars_per_host": 1,
@@ -49,8 +49,8 @@ def _vm_hwm_kb() -> int | None:
 
 
 def child(quick: bool) -> dict:
-    from models.config import load_scenario, with_overrides
-    from sim.fleet import simulate
+    from wadiloco.models.config import load_scenario, with_overrides
+    from wadiloco.sim.fleet import simulate
 
     ov = dict(OVERRIDES)
     if quick:
@@ -70,7 +70,7 @@ def child(quick: bool) -> dict:
 def run_memory_benchmark(runs: int, quick: bool = False) -> dict:
     rs = []
     for _ in range(runs):
-        cmd = [sys.executable, "-m", "benchmarks.memory", "--child"] + (["--quick"] if quick else [])
+        cmd = [sys.executable, "-m", "wadiloco.benchmarks.memory", "--child"] + (["--quick"] if quick else [])
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         if p.returncode != 0:
             raise RuntimeError(f"memory benchmark child failed ({p.returncode}): {p.stderr[-2000:]}")

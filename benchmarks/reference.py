@@ -4,7 +4,7 @@ It serves two purposes:
 
 * the **correctness oracle** in tests: the engine must reproduce its per-request admission,
   first-token and finish times to 1e-9 s on a sidecar that has its GPU and host to itself;
-* the **baseline** of `python -m benchmarks`: `heapq_ratio` is the engine's time over this
+* the **baseline** of `python -m wadiloco.benchmarks`: `heapq_ratio` is the engine's time over this
   loop's time on the same arrivals and latency model.
 
 The model (SPEC.md section 2, vLLM v1 scheduling order), one iteration at a time:

@@ -33,18 +33,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bursty import ROOT, median
+from wadiloco.benchmarks.bursty import ROOT, median
 
 SMOKE = ROOT / "experiments" / "smoke.yaml"
 
 
 def smoke_plan(quick: bool = False):
-    from experiments.sweep import build_plan, load_sweep
-    from models.config import read_yaml, validate
+    from wadiloco.experiments.sweep import build_plan, load_sweep
+    from wadiloco.models.config import read_yaml, validate
 
     if not quick:
         return load_sweep(SMOKE)
-    from experiments.sweep import SweepSpec
+    from wadiloco.experiments.sweep import SweepSpec
 
     data = read_yaml(SMOKE)
     data.update({"seeds": 1, "horizon_s": 120, "timeline_seed": 0})
@@ -53,9 +53,9 @@ def smoke_plan(quick: bool = False):
 
 def _warm_worker() -> None:
     """What a worker's first task would pay: the simulator's imports and the latency fit."""
-    import experiments.runner  # noqa: F401
-    import experiments.worker  # noqa: F401
-    from models.latency import default_latency
+    import wadiloco.experiments.runner  # noqa: F401
+    import wadiloco.experiments.worker  # noqa: F401
+    from wadiloco.models.latency import default_latency
 
     default_latency()
 
@@ -74,9 +74,9 @@ def start_dask_cluster(workers: int):
 
 def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -> dict:
     """One timed sweep. `warm` (Dask only): on a cluster started and warmed before the clock."""
-    from experiments.sweeper import execute_plan
+    from wadiloco.experiments.sweeper import execute_plan
 
-    from experiments.store import STORE_NAME
+    from wadiloco.experiments.store import STORE_NAME
 
     tmp = Path(tempfile.mkdtemp(prefix=f"wadiloco-bench-{backend}{workers}-"))
     cluster = start_s = None
@@ -159,8 +159,8 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     runs 8 sidecars x 600 s + drain, so it is optimistic)."""
     if not PAPER.exists():
         return None
-    from experiments.sweep import load_sweep
-    from experiments.worker import execute_task
+    from wadiloco.experiments.sweep import load_sweep
+    from wadiloco.experiments.worker import execute_task
 
     plan = load_sweep(PAPER)
     tasks = plan.tasks()

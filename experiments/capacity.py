@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from models.config import Scenario, with_overrides
-from models.errors import InputError
+from wadiloco.models.config import Scenario, with_overrides
+from wadiloco.models.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class SearchSpec:
 def attainment_at(sc: Scenario, load: float, seed: int, policy: str, params: dict | None,
                   fleet_kw: dict | None = None) -> tuple[float, float]:
     """(attainment, capacity_rps_per_sidecar) of one run at `load`."""
-    from experiments.runner import run_one
+    from wadiloco.experiments.runner import run_one
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary

@@ -7,11 +7,11 @@ import argparse
 import importlib
 import sys
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 # Modules that contribute subcommands; each defines add_parser(subparsers).
-COMMAND_MODULES = ["experiments.commands", "experiments.planning_cli"]
-OPTIONAL_MODULES = ["experiments.sweep_cli"]
+COMMAND_MODULES = ["wadiloco.experiments.commands", "wadiloco.experiments.planning_cli"]
+OPTIONAL_MODULES = ["wadiloco.experiments.sweep_cli"]
 
 
 class _Parser(argparse.ArgumentParser):

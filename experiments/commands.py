@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 
 def add_parser(sub) -> None:
@@ -53,9 +53,9 @@ def parse_params(items: list[str]) -> dict:
 
 
 def cmd_run(args) -> int:
-    from experiments.output import dumps, prepare_dir, requests_csv, write_atomic
-    from experiments.runner import run_one
-    from models.config import check_policy, load_scenario
+    from wadiloco.experiments.output import dumps, prepare_dir, requests_csv, write_atomic
+    from wadiloco.experiments.runner import run_one
+    from wadiloco.models.config import check_policy, load_scenario
 
     sc = load_scenario(args.scenario)
     policy = args.policy or sc.policy.name
@@ -101,8 +101,8 @@ def format_summary(s: dict) -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from models.interference import fit_weights
-    from models.latency import fit_latency, load_calibration
+    from wadiloco.models.interference import fit_weights
+    from wadiloco.models.latency import fit_latency, load_calibration
 
     if args.file:
         p = Path(args.file)
@@ -132,7 +132,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_policies(args) -> int:
-    from models.policies import describe_policies
+    from wadiloco.models.policies import describe_policies
 
     rows = describe_policies()
     if args.json:
@@ -147,7 +147,7 @@ def cmd_policies(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from models.traces import describe, load_trace
+    from wadiloco.models.traces import describe, load_trace
 
     d = describe(load_trace(args.path, args.format))
     if args.json:

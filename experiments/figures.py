@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from experiments.output import write_atomic  # noqa: E402
+from wadiloco.experiments.output import write_atomic  # noqa: E402
 
 ROLE_COLORS = {"baseline": "#7f7f7f", "policy": "#1f77b4", "control": "#ff7f0e"}
 

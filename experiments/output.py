@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 
 def prepare_dir(path: str | Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 
 def add_parser(sub) -> None:
@@ -33,9 +33,9 @@ def _common(p) -> None:
 
 
 def _setup(args):
-    from experiments.capacity import SearchSpec
-    from experiments.commands import parse_params
-    from models.config import check_policy, load_scenario
+    from wadiloco.experiments.capacity import SearchSpec
+    from wadiloco.experiments.commands import parse_params
+    from wadiloco.models.config import check_policy, load_scenario
 
     sc = load_scenario(args.scenario)
     policy = args.policy or sc.policy.name
@@ -61,8 +61,8 @@ def _fmt(r: dict) -> str:
 
 
 def cmd_capacity(args) -> int:
-    from experiments.capacity import capacity
-    from experiments.output import dumps
+    from wadiloco.experiments.capacity import capacity
+    from wadiloco.experiments.output import dumps
 
     sc, policy, params, spec = _setup(args)
     r = capacity(sc, policy, params, seeds=args.seeds, spec=spec, workers=args.workers)
@@ -85,9 +85,9 @@ def parse_vary(text: str) -> tuple[str, list]:
 def cmd_whatif(args) -> int:
     import pandas as pd
 
-    from experiments.capacity import capacity
-    from experiments.output import prepare_dir, write_atomic
-    from models.config import with_overrides
+    from wadiloco.experiments.capacity import capacity
+    from wadiloco.experiments.output import prepare_dir, write_atomic
+    from wadiloco.models.config import with_overrides
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)

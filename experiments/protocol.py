@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from experiments.stats import CI, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, envelope, holm, paired_wilcoxon
-from models.rng import stream
+from wadiloco.experiments.stats import CI, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, envelope, holm, paired_wilcoxon
+from wadiloco.models.rng import stream
 
 RUN_COLUMNS = [
     ("regime", "str"), ("policy", "str"), ("policy_name", "str"), ("role", "str"), ("seed", "Int64"),

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.output import write_atomic
-from experiments.store import STORE_NAME, Store
-from models.errors import InputError
+from wadiloco.experiments.output import write_atomic
+from wadiloco.experiments.store import STORE_NAME, Store
+from wadiloco.models.errors import InputError
 
 def FLOAT_FORMAT(x: float) -> str:
     """9 significant digits, always with a decimal point or exponent, so a float column of whole
@@ -144,7 +144,7 @@ def remove_stale_temps(out: Path) -> list[str]:
 
 
 def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
-    from experiments import protocol
+    from wadiloco.experiments import protocol
 
     out = Path(out)
     plan, rows, store = load(out)
@@ -167,7 +167,7 @@ def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
 
 
 def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:
-    from experiments import figures as F
+    from wadiloco.experiments import figures as F
 
     fdir = out / "figures"
     try:
@@ -202,7 +202,7 @@ def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, st
 
 def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
     summary, comps, loads, transfer = res["summary"], res["comparisons"], res["loads"], res["transfer"]
-    from experiments.protocol import active
+    from wadiloco.experiments.protocol import active
 
     n_total = sum(a["draws"] * len(plan["seeds"]) for r in plan["regimes"] for a in plan["arms"]
                   if active(a, r["name"]))

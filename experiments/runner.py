@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.config import Scenario
-from models.policies import parse_policy
-from sim.fleet import RunResult, simulate
+from wadiloco.models.config import Scenario
+from wadiloco.models.policies import parse_policy
+from wadiloco.sim.fleet import RunResult, simulate
 
 
 def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 STORE_NAME = "runs.sqlite"
 SCHEMA_VERSION = "1"

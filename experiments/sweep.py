@@ -43,8 +43,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from models.config import Scenario, Strict, _check_finite, load_scenario, read_yaml, validate, with_overrides
-from models.errors import InputError
+from wadiloco.models.config import Scenario, Strict, _check_finite, load_scenario, read_yaml, validate, with_overrides
+from wadiloco.models.errors import InputError
 
 BASELINE = "no_sync"
 CONTROLS = ("matched_random",)  # policies that are comparators by default (a `control = True` class attribute also counts)
@@ -294,7 +294,7 @@ def _regime_set(own, ref, names: list[str]) -> tuple[str, ...] | None:
 
 def _check_in_regimes(regimes: list[Regime], name: str, params: dict, file: str, where: str) -> None:
     """Validate a policy's params, and that they fit every regime's merge corridor."""
-    from models.config import check_policy
+    from wadiloco.models.config import check_policy
 
     for reg in regimes:
         try:
@@ -306,8 +306,8 @@ def _check_in_regimes(regimes: list[Regime], name: str, params: dict, file: str,
 
 
 def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
-    from experiments.worker import load_plugins
-    from models.policies import POLICIES
+    from wadiloco.experiments.worker import load_plugins
+    from wadiloco.models.policies import POLICIES
 
     file = str(file)
     base = Path(base_dir)

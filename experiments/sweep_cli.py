@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 
 def _positive_int(v: str) -> int:
@@ -64,9 +64,9 @@ def _print_verdicts(summary) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from experiments.report import render
-    from experiments.sweep import load_sweep
-    from experiments.sweeper import execute_plan
+    from wadiloco.experiments.report import render
+    from wadiloco.experiments.sweep import load_sweep
+    from wadiloco.experiments.sweeper import execute_plan
 
     if args.scheduler and args.backend != "dask":
         args.backend = "dask"
@@ -98,7 +98,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from experiments.report import render
+    from wadiloco.experiments.report import render
 
     d = Path(args.dir)
     if not d.is_dir():
@@ -117,11 +117,11 @@ def export_table(d: Path):
 
     import pandas as pd
 
-    from experiments.report import load
+    from wadiloco.experiments.report import load
 
     plan, rows, store = load(d)
     store.close()
-    from experiments import protocol
+    from wadiloco.experiments import protocol
 
     base = protocol.runs_table(plan, rows)
     order = {(r["name"]): i for i, r in enumerate(plan["regimes"])}
@@ -158,8 +158,8 @@ def export_table(d: Path):
 def cmd_export(args) -> int:
     import io
 
-    from experiments.output import write_atomic
-    from experiments.report import FLOAT_FORMAT
+    from wadiloco.experiments.output import write_atomic
+    from wadiloco.experiments.report import FLOAT_FORMAT
 
     d = Path(args.dir)
     if not d.is_dir():

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.output import prepare_dir
-from experiments.store import STORE_NAME, Store
-from experiments.sweep import Plan, Task
-from experiments.worker import execute_task, init_local_worker
-from models.errors import InputError
+from wadiloco.experiments.output import prepare_dir
+from wadiloco.experiments.store import STORE_NAME, Store
+from wadiloco.experiments.sweep import Plan, Task
+from wadiloco.experiments.worker import execute_task, init_local_worker
+from wadiloco.models.errors import InputError
 
 WORKER_DIED = "worker process died"
 LOCK_NAME = ".wadiloco-sweep.lock"
@@ -202,7 +202,7 @@ def execute_plan(plan: Plan, out: str | Path, *, workers: int | None = None, bac
     fresh = not (out / STORE_NAME).exists()
     ok = False
     try:
-        from experiments.report import remove_stale_temps
+        from wadiloco.experiments.report import remove_stale_temps
 
         remove_stale_temps(out)  # temp files of outputs a killed sweep or report was writing
         store = open_store_for(plan, out, resume)

@@ -45,7 +45,7 @@ def load_plugins(plugins: tuple[str, ...] | list[str]) -> None:
             else:
                 importlib.import_module(p)
         except Exception as e:  # noqa: BLE001 - reported as the user's input problem
-            from models.errors import InputError
+            from wadiloco.models.errors import InputError
 
             raise InputError("$WADILOCO_PLUGINS", p, f"cannot import plugin: {type(e).__name__}: {e}") from None
         _LOADED.add(p)
@@ -132,7 +132,7 @@ def matched_latency(res, baseline: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def summary_record(summary: dict[str, Any]) -> dict[str, Any]:
-    from experiments.output import to_jsonable
+    from wadiloco.experiments.output import to_jsonable
 
     s = {k: v for k, v in summary.items() if k != "wall_time_s"}
     return to_jsonable(s)
@@ -143,7 +143,7 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         load_plugins(task.get("plugins", ()))
-        from experiments.runner import run_one
+        from wadiloco.experiments.runner import run_one
 
         res = run_one(task["scenario"], task["seed"], task["policy"], task["params"], task["draw"],
                       reference=task.get("reference"))

@@ -10,7 +10,7 @@ tests check that a simulated sidecar keeps up just below this rate and falls beh
 """
 from __future__ import annotations
 
-from models.latency import LatencyModel
+from wadiloco.models.latency import LatencyModel
 
 
 def sidecar_capacity_rps(lat: LatencyModel, max_num_seqs: int, host_s: float,

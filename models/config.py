@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 UNLIMITABLE = ("gpu", "host", "pcie", "nic", "links", "storage")
 
@@ -215,7 +215,7 @@ def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | P
     sc.base_dir = str(Path(base_dir).resolve())
     sc.source = str(file)
     # Deep checks that need the registries (kind-specific fields).
-    from models.workloads import parse_workload
+    from wadiloco.models.workloads import parse_workload
 
     parse_workload(sc.workload, file, sc.base_dir)
     check_policy(sc, sc.policy.name, sc.policy.params, file, "policy")
@@ -224,7 +224,7 @@ def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | P
 
 def check_policy(sc: Scenario, name: str, params: dict | None, file: object, where: str):
     """Validate a policy's params, and that they fit the scenario's merge corridor."""
-    from models.policies import parse_policy
+    from wadiloco.models.policies import parse_policy
 
     cls, p = parse_policy(name, params, file, where)
     problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max)

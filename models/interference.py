@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from models.latency import load_calibration
+from wadiloco.models.latency import load_calibration
 
 GRAPH = "decode_graph_b64_ctx1024"
 EAGER = "decode_eager_b64_ctx1024"

@@ -28,7 +28,7 @@ CALIBRATION_FILE = "h200_llama8b_interference.json"
 
 def load_calibration(path: str | Path | None = None) -> dict:
     if path is None:
-        text = resources.files("models.data").joinpath(CALIBRATION_FILE).read_text()
+        text = resources.files("wadiloco.models.data").joinpath(CALIBRATION_FILE).read_text()
     else:
         text = Path(path).read_text()
     return json.loads(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import InputError
+from wadiloco.models.errors import InputError
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")

@@ -23,10 +23,10 @@ from typing import Any, Callable, Literal
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from models.config import Strict, validate
-from models.errors import InputError
-from models.rng import stream
-from models.traces import MAX_TOKENS, Trace, load_trace
+from wadiloco.models.config import Strict, validate
+from wadiloco.models.errors import InputError
+from wadiloco.models.rng import stream
+from wadiloco.models.traces import MAX_TOKENS, Trace, load_trace
 
 # Sanity guards: past these a run would not fit in memory; it is a typo (load, horizon, period).
 MAX_REQUESTS_PER_SIDECAR = 20_000_000

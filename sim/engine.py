@@ -31,9 +31,9 @@ from math import ceil
 import numpy as np
 import simpy
 
-from models.batching import gpu_iters_to_reach, iters_to_reach, iters_within, run_time
-from models.latency import LatencyModel
-from sim.fabric import Fabric, Link
+from wadiloco.models.batching import gpu_iters_to_reach, iters_to_reach, iters_within, run_time
+from wadiloco.models.latency import LatencyModel
+from wadiloco.sim.fabric import Fabric, Link
 
 hold_share = Fabric.hold_share
 

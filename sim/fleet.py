@@ -15,21 +15,21 @@ from typing import Any
 import numpy as np
 import simpy
 
-from models.capacity import sidecar_capacity_rps
-from models.config import Scenario
-from models.interference import InterferenceWeights, default_weights
-from models.latency import LatencyModel, default_latency
-from models import invariants as inv
-from models.metrics import request_table, summarize
-from models.policies import POLICIES, make_policy
-from models.policies.base import FutureView, LearnerSignals, Observation, PolicyContext
-from models.rng import stream
-from models.training import ProgressModel
-from models.workloads import arrivals_hash, generate_arrivals
-from sim.engine import Lookahead, Sidecar
-from sim.fabric import INF, Fabric
-from sim.topology import build_graph, host_node, ring_allreduce_flows, route
-from sim.training import PHASES, MergeRecord, Trainer
+from wadiloco.models.capacity import sidecar_capacity_rps
+from wadiloco.models.config import Scenario
+from wadiloco.models.interference import InterferenceWeights, default_weights
+from wadiloco.models.latency import LatencyModel, default_latency
+from wadiloco.models import invariants as inv
+from wadiloco.models.metrics import request_table, summarize
+from wadiloco.models.policies import POLICIES, make_policy
+from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, PolicyContext
+from wadiloco.models.rng import stream
+from wadiloco.models.training import ProgressModel
+from wadiloco.models.workloads import arrivals_hash, generate_arrivals
+from wadiloco.sim.engine import Lookahead, Sidecar
+from wadiloco.sim.fabric import INF, Fabric
+from wadiloco.sim.topology import build_graph, host_node, ring_allreduce_flows, route
+from wadiloco.sim.training import PHASES, MergeRecord, Trainer
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.config import scenario_from_dict
-from models.workloads import Arrivals
+from wadiloco.models.config import scenario_from_dict
+from wadiloco.models.workloads import Arrivals
 
 MODES = {
     # name: (cuda_graphs, kind)
@@ -51,7 +51,7 @@ def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1
 
 
 def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: float):
-    from sim.fleet import Fleet
+    from wadiloco.sim.fleet import Fleet
 
     sc = probe_scenario(mode, unlimited)
     f = Fleet(sc, seed=0, arrivals=[_arrivals(MODES[mode][1])])

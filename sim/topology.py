@@ -16,7 +16,7 @@ import math
 
 import networkx as nx
 
-from models.config import FleetConfig
+from wadiloco.models.config import FleetConfig
 
 
 def host_node(island: int, h: int) -> str:

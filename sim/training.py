@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from models.rng import stream
+from wadiloco.models.rng import stream
 
 INF = float("inf")
 

@@ -2,15 +2,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-# Make the project importable when pytest runs from a plain checkout (not pip-installed).
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 # Every simulation in the suite checks the invariants (models/invariants.py) at the end of its run,
 # including those in xdist workers, sweep worker processes and CLI subprocesses, which inherit this.

@@ -36,8 +36,8 @@ def plugins_env():
     else:
         os.environ["WADILOCO_PLUGINS"] = old
     # leave the registry as other test modules expect it
-    from experiments import worker
-    from models.policies import POLICIES
+    from wadiloco.experiments import worker
+    from wadiloco.models.policies import POLICIES
 
     for name in ("test_probe", "test_matched"):
         POLICIES.pop(name, None)
@@ -76,7 +76,7 @@ def store_rows(out: Path, columns: str = "status, attempts") -> list[tuple]:
 
 
 def total_runs(sweep: Path) -> int:
-    from experiments.sweep import load_sweep
+    from wadiloco.experiments.sweep import load_sweep
 
     return len(load_sweep(sweep).tasks())
 
@@ -84,7 +84,7 @@ def total_runs(sweep: Path) -> int:
 def spawn_sweep(sweep: Path, out: Path, extra_env: dict, *args) -> subprocess.Popen:
     """`wadiloco sweep` in a subprocess that leads its own process group (it and its workers)."""
     env = {**os.environ, "WADILOCO_PLUGINS": PLUGIN, **extra_env}
-    return subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(sweep), "--out", str(out),
+    return subprocess.Popen([sys.executable, "-m", "wadiloco.experiments.cli", "sweep", str(sweep), "--out", str(out),
                              "--no-progress", *args], env=env, cwd=str(ROOT), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import Field
 
-from models.policies import register
-from models.policies.base import Observation, Params, Policy, PolicyContext
-from models.rng import stream
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
+from wadiloco.models.rng import stream
 
 
 class ProbeParams(Params):

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from experiments.cli import main
-from models.config import Scenario
+from wadiloco.experiments.cli import main
+from wadiloco.models.config import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 VALID = {"name": "x", "horizon_s": 30, "workload": {"kind": "normal"}, "policy": {"name": "fixed", "params": {"H": 256}}}

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from pydantic import Field
 
-from experiments.capacity import SearchSpec, capacity
-from models.config import Strict, load_scenario, scenario_from_dict, with_overrides
-from models.latency import LatencyModel
-from models.rng import stream
-from models.workloads import WORKLOADS, Arrivals, workload
+from wadiloco.experiments.capacity import SearchSpec, capacity
+from wadiloco.models.config import Strict, load_scenario, scenario_from_dict, with_overrides
+from wadiloco.models.latency import LatencyModel
+from wadiloco.models.rng import stream
+from wadiloco.models.workloads import WORKLOADS, Arrivals, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 MEAN_PROMPT = 2000
@@ -80,7 +80,7 @@ def test_capacity_estimate_separates_stable_from_saturated(graphs):
                                  "fleet": {"islands": 1, "hosts_per_island": 1},
                                  "engine": {"cuda_graphs": graphs},
                                  "workload": {"kind": "normal", "load": load}, "policy": {"name": "no_sync"}})
-        from sim.fleet import simulate
+        from wadiloco.sim.fleet import simulate
 
         r = simulate(sc, 2)
         offered = r.summary["requests"] / sc.horizon_s

@@ -37,13 +37,13 @@ import pandas as pd
 import pytest
 
 # imported up front: the read-only tests drop privileges, and may not import anything after that
-import experiments.commands  # noqa: F401
-import experiments.planning_cli  # noqa: F401
-import experiments.report  # noqa: F401
-import experiments.sweep_cli  # noqa: F401
-import experiments.sweeper as sweeper
-from experiments.cli import main
-from experiments.store import Store
+import wadiloco.experiments.commands  # noqa: F401
+import wadiloco.experiments.planning_cli  # noqa: F401
+import wadiloco.experiments.report  # noqa: F401
+import wadiloco.experiments.sweep_cli  # noqa: F401
+import wadiloco.experiments.sweeper as sweeper
+from wadiloco.experiments.cli import main
+from wadiloco.experiments.store import Store
 from sweep_helpers import ok_count, plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
 
 KILL_SEED = 20250607  # the kill points are drawn from this

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import invariants as inv
-from models.config import load_scenario, with_overrides
-from sim.fleet import simulate
+from wadiloco.models import invariants as inv
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_identical_across_processes(tmp_path):
     outs = []
     for i in range(2):
         d = tmp_path / f"o{i}"
-        r = subprocess.run([sys.executable, "-m", "experiments.cli", "run", str(ROOT / "scenarios" / "normal.yaml"),
+        r = subprocess.run([sys.executable, "-m", "wadiloco.experiments.cli", "run", str(ROOT / "scenarios" / "normal.yaml"),
                             "--seed", "3", "--out", str(d)], capture_output=True, text=True, timeout=300,
                            env={**__import__("os").environ, "PYTHONHASHSEED": str(i + 1)})
         assert r.returncode == 0, r.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.cli import main
+from wadiloco.experiments.cli import main
 from sweep_helpers import plugins_env, spawn_sweep, store_rows, tiny_sweep_dict, write_sweep  # noqa: F401
 
 SEEDS = 2
@@ -66,8 +66,8 @@ def test_invariant_switch_is_on_in_the_suite(monkeypatch):
     """tests/conftest.py sets $WADILOCO_CHECK_INVARIANTS, so every Fleet in the suite (and in the
     sweep workers and CLI subprocesses above, which inherit it) checks the invariants; an
     explicit check=False still wins, and the variable set to 0 leaves the scenario's choice."""
-    from models.config import load_scenario, with_overrides
-    from sim.fleet import Fleet
+    from wadiloco.models.config import load_scenario, with_overrides
+    from wadiloco.sim.fleet import Fleet
 
     from sweep_helpers import ROOT
 

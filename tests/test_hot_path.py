@@ -7,7 +7,7 @@
   inlined queue/running counts, equal a from-scratch computation at every decision of runs with
   merges, and the monitor's arrival/queue samples equal a from-scratch count.
 
-Correctness only; speed lives in `python -m benchmarks`.
+Correctness only; speed lives in `python -m wadiloco.benchmarks`.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import batching
-from models.config import load_scenario, with_overrides
-from models.latency import LatencyModel, default_latency, design_rows, fit_latency, load_calibration
-from models.policies.base import LearnerSignals, Observation
+from wadiloco.models import batching
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.latency import LatencyModel, default_latency, design_rows, fit_latency, load_calibration
+from wadiloco.models.policies.base import LearnerSignals, Observation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_calibrate_reports_the_statsmodels_fit(monkeypatch):
     calls = []
     real = sm.WLS
     monkeypatch.setattr(sm, "WLS", lambda *a, **k: calls.append(1) or real(*a, **k))
-    from experiments.cli import main
+    from wadiloco.experiments.cli import main
 
     assert main(["calibrate", "--json"]) == 0
     assert calls, "wadiloco calibrate must fit with statsmodels"
@@ -165,7 +165,7 @@ def _reference_observation(fleet, step, tr) -> Observation:
 @pytest.mark.parametrize("name,policy,params", [("bursty", "wa_diloco", {}), ("pressure_heavy", "fixed", {"H": 64}),
                                                 ("sustained_sync_heavy", "online_forecast", {})])
 def test_observe_equals_a_fresh_computation(name, policy, params):
-    from sim.fleet import Fleet
+    from wadiloco.sim.fleet import Fleet
 
     sc = with_overrides(load_scenario(ROOT / "scenarios" / f"{name}.yaml"),
                         {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32})

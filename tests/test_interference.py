@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.config import scenario_from_dict
-from models.interference import measured_ratio
-from sim.fleet import simulate
-from sim.probe import slowdown
+from wadiloco.models.config import scenario_from_dict
+from wadiloco.models.interference import measured_ratio
+from wadiloco.sim.fleet import simulate
+from wadiloco.sim.probe import slowdown
 
 # (mode, phase, statistic compared). `all` ran stage+outer+ckpt as concurrent threads whose outer
 # loop was itself slowed, so its p50 mixes contended and free steps; its p95 is the contended

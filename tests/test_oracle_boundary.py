@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.config import load_scenario, with_overrides
-from models.policies import POLICIES, make_policy
-from models.policies.base import FutureView, PolicyContext
-from models.workloads import Arrivals
-from sim.fleet import Fleet, simulate
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.policies import POLICIES, make_policy
+from wadiloco.models.policies.base import FutureView, PolicyContext
+from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 T_CUT = 60.0

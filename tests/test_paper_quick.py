@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments import paper_table
-from experiments.cli import main
-from experiments.sweep import load_sweep
+from wadiloco.experiments import paper_table
+from wadiloco.experiments.cli import main
+from wadiloco.experiments.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP = ROOT / "experiments"

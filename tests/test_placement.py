@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from models import invariants as inv
-from models.forecast import EWMA, HoltWinters, detect_season, window_costs
-from models.placement import (PlacementError, count_placements, enumerate_placements, final_window,
+from wadiloco.models import invariants as inv
+from wadiloco.models.forecast import EWMA, HoltWinters, detect_season, window_costs
+from wadiloco.models.placement import (PlacementError, count_placements, enumerate_placements, final_window,
                               feasible_range, min_cost_placement, sample_placement, UniformSampler)
 
 # (n, h_min, h_max, last_lo, last_hi, start)

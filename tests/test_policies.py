@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import yaml
 
-from experiments.cli import main as cli_main
-from experiments.runner import run_one
-from models import invariants as inv
-from models.config import load_scenario, with_overrides
-from models.errors import InputError
-from models.policies import POLICIES, describe_policies, make_policy, parse_policy
-from models.policies.base import LearnerSignals, Observation, PolicyContext
-from sim.fleet import Fleet, simulate
+from wadiloco.experiments.cli import main as cli_main
+from wadiloco.experiments.runner import run_one
+from wadiloco.models import invariants as inv
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.errors import InputError
+from wadiloco.models.policies import POLICIES, describe_policies, make_policy, parse_policy
+from wadiloco.models.policies.base import LearnerSignals, Observation, PolicyContext
+from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))

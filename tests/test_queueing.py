@@ -10,7 +10,7 @@
   times on every scenario, including while merges contend for the GPU and host.
 * The engine reproduces benchmarks/reference.py (a plain heapq loop of the same serving model).
 
-No timing assertions here: speed lives in `python -m benchmarks`.
+No timing assertions here: speed lives in `python -m wadiloco.benchmarks`.
 """
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.harness import run_engine
-from benchmarks.reference import serve
-from models.config import Scenario, load_scenario, read_yaml, scenario_from_dict, with_overrides
-from models.latency import LatencyModel
-from models.workloads import Arrivals
-from sim.fleet import Fleet, simulate
+from wadiloco.benchmarks.harness import run_engine
+from wadiloco.benchmarks.reference import serve
+from wadiloco.models.config import Scenario, load_scenario, read_yaml, scenario_from_dict, with_overrides
+from wadiloco.models.latency import LatencyModel
+from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
@@ -288,8 +288,8 @@ def test_lookahead_is_bit_identical(name, extra, policy):
 def test_running_past_a_decision_is_caught(monkeypatch):
     """The invariant behind the test above: no engine's state is ahead of an observation. A bound
     that forgets the policy's decisions must trip it."""
-    from models.invariants import InvariantError
-    from sim.training import Trainer
+    from wadiloco.models.invariants import InvariantError
+    from wadiloco.sim.training import Trainer
 
     sc = _scenario_for("bursty", {})
     Fleet(sc, 2, check=True).run()  # the real bound passes
@@ -378,11 +378,11 @@ def test_engine_matches_reference_on_ties(case):
     pytest.param("sustained_sync_heavy", {}, id="sustained_sync_heavy"),  # same_gpu: outer step on the serving GPU
 ])
 def test_hold_fast_path_matches_fabric(monkeypatch, name, extra):
-    import sim.engine
+    import wadiloco.sim.engine
 
     sc = _scenario_for(name, extra)
     fast = simulate(sc, seed=2)
-    monkeypatch.setattr(sim.engine, "hold_share", lambda *_a, **_k: None)
+    monkeypatch.setattr(wadiloco.sim.engine, "hold_share", lambda *_a, **_k: None)
     fabric = simulate(sc, seed=2)
     assert fast.summary["merges"] >= 3 and fabric.summary["contended_iterations"] > 1000
     assert_same_times(fast.requests, fabric.requests, f"{name} {extra}: hold fast path vs fabric")

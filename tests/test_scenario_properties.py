@@ -7,8 +7,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.config import Scenario, read_yaml, scenario_from_dict
-from models.errors import InputError
+from wadiloco.models.config import Scenario, read_yaml, scenario_from_dict
+from wadiloco.models.errors import InputError
 
 SECTIONS = {name: f.annotation for name, f in Scenario.model_fields.items() if not f.exclude}
 KEYS = sorted({*SECTIONS, "kind", "load", "period_s", "name", "params", "H", "islands", "h_min", "h_max",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models.config import load_scenario, with_overrides
-from models.errors import InputError
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -112,7 +112,7 @@ def test_overrides_revalidate():
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "wadiloco.experiments.cli", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=120)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.stats import CI, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, envelope, holm, paired_wilcoxon
+from wadiloco.experiments.stats import CI, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, envelope, holm, paired_wilcoxon
 
 
 def test_holm_matches_statsmodels():
@@ -136,7 +136,7 @@ def _plan(n_seeds=8, draws=5):
 
 def _runs(plan, rate: dict, slow=1.5, hashes=None, rng_seed=0):
     """rate[label](seed, draw) -> violation rate; merging runs slow overlapping requests by `slow`."""
-    from experiments.protocol import runs_table
+    from wadiloco.experiments.protocol import runs_table
 
     rng = np.random.default_rng(rng_seed)
     rows = []
@@ -158,7 +158,7 @@ def _runs(plan, rate: dict, slow=1.5, hashes=None, rng_seed=0):
 
 
 def _verdicts(plan, runs):
-    from experiments.protocol import analyse
+    from wadiloco.experiments.protocol import analyse
 
     res = analyse(plan, runs)
     return res["summary"].set_index("policy"), res
@@ -214,7 +214,7 @@ def test_claim_gate_reasons():
 
 
 def test_failed_runs_show_as_incomplete():
-    from experiments.protocol import analyse
+    from wadiloco.experiments.protocol import analyse
 
     plan = _plan(n_seeds=4, draws=2)
     rate = {k: (lambda s, d: 0.02) for k in ("no_sync", "smart", "dumb", "oracle", "mr[smart]")}
@@ -226,7 +226,7 @@ def test_failed_runs_show_as_incomplete():
 
 
 def test_arms_restricted_to_other_regimes_are_left_out():
-    from experiments.protocol import analyse
+    from wadiloco.experiments.protocol import analyse
 
     plan = _plan(n_seeds=4, draws=2)
     rate = {k: (lambda s, d: 0.02 + 0.001 * s) for k in ("no_sync", "smart", "dumb", "oracle", "mr[smart]")}

@@ -11,8 +11,8 @@ import os
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from models.errors import InputError
+from wadiloco.experiments.cli import main
+from wadiloco.models.errors import InputError
 from sweep_helpers import (ROOT, plugins_env, store_rows, tiny_sweep_dict, total_runs,  # noqa: F401
                            write_sweep)
 from sweep_helpers import kill_when as _kill_when
@@ -71,7 +71,7 @@ BAD = [
 
 @pytest.mark.parametrize("case,mutate,field", BAD, ids=[b[0] for b in BAD])
 def test_bad_sweep_files_name_file_and_field(tmp_path, case, mutate, field):
-    from experiments.sweep import load_sweep
+    from wadiloco.experiments.sweep import load_sweep
 
     d = tiny_sweep_dict()
     mutate(d)
@@ -94,7 +94,7 @@ def test_bad_sweep_via_cli_exits_2_without_traceback(tmp_path, capsys):
 
 
 def test_yaml_syntax_error(tmp_path):
-    from experiments.sweep import load_sweep
+    from wadiloco.experiments.sweep import load_sweep
 
     p = tmp_path / "s.yaml"
     p.write_text("regimes: [a\npolicies: {")
@@ -103,7 +103,7 @@ def test_yaml_syntax_error(tmp_path):
 
 
 def test_shipped_smoke_yaml_plan():
-    from experiments.sweep import load_sweep
+    from wadiloco.experiments.sweep import load_sweep
 
     plan = load_sweep(ROOT / "experiments" / "smoke.yaml")
     assert len(plan.regimes) == 2 and len(plan.seeds) == 3
@@ -117,7 +117,7 @@ def test_shipped_smoke_yaml_plan():
 
 
 def test_labels_and_budget_pairing(tmp_path):
-    from experiments.sweep import load_sweep
+    from wadiloco.experiments.sweep import load_sweep
 
     d = tiny_sweep_dict()
     d["policies"] = [{"name": "no_sync"}, {"name": "fixed", "params": {"H": 24}}, {"name": "fixed", "params": {"H": 40}},
@@ -242,9 +242,9 @@ def test_dask_backend_gives_identical_runs_csv(tiny, tmp_path):
 
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(tiny, tmp_path):
-    from experiments.report import render
-    from experiments.sweep import load_sweep
-    from experiments.sweeper import execute_plan
+    from wadiloco.experiments.report import render
+    from wadiloco.experiments.sweep import load_sweep
+    from wadiloco.experiments.sweeper import execute_plan
 
     out = tmp_path / "killed"
     total = total_runs(tiny["sweep"])
@@ -297,7 +297,7 @@ def test_failing_run_is_recorded_and_retried_on_resume(tiny, tmp_path, monkeypat
 def test_concurrent_sweep_on_same_folder_is_refused(tiny, tmp_path):
     import fcntl
 
-    from experiments.sweeper import LOCK_NAME
+    from wadiloco.experiments.sweeper import LOCK_NAME
 
     out = tmp_path / "locked"
     out.mkdir()

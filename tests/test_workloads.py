@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import workloads as W
-from models.errors import InputError
-from models.workloads import (WORKLOADS, Arrivals, Context, arrivals_hash, describe_workloads,
+from wadiloco.models import workloads as W
+from wadiloco.models.errors import InputError
+from wadiloco.models.workloads import (WORKLOADS, Arrivals, Context, arrivals_hash, describe_workloads,
                               generate_arrivals, parse_workload)
 
 SYNTHETIC = ["normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.errors import InputError
-from models.policies.base import Observation, Policy, PolicyContext, FutureView, LearnerSignals, Params
+from wadiloco.models.errors import InputError
+from wadiloco.models.policies.base import Observation, Policy, PolicyContext, FutureView, LearnerSignals, Params
 
 POLICIES: dict[str, type[Policy]] = {}
 
@@ -18,7 +18,7 @@ def register(cls: type[Policy]) -> type[Policy]:
 
 def parse_policy(name: str, params: dict[str, Any] | None, file: object = "<policy>", where: str = "policy"):
     """Validate a policy name and its params; returns (class, params object)."""
-    from models.config import validate
+    from wadiloco.models.config import validate
 
     if name not in POLICIES:
         raise InputError(file, f"{where}.name", f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
@@ -44,7 +44,7 @@ def describe_policies() -> list[dict[str, Any]]:
 
 
 # Built-in policies register themselves on import.
-from models.policies import (no_sync, fixed, pressure_gated, wa_diloco, matched_random,  # noqa: E402,F401
+from wadiloco.models.policies import (no_sync, fixed, pressure_gated, wa_diloco, matched_random,  # noqa: E402,F401
                              offline_calibrated, online_forecast)
 
 __all__ = ["POLICIES", "register", "parse_policy", "make_policy", "describe_policies", "Observation", "Policy",

@@ -1,8 +1,8 @@
 """`fixed`: merge every H inner steps, the usual DiLoCo cadence."""
 from pydantic import Field
 
-from models.policies import register
-from models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Params, Policy
 
 
 class FixedParams(Params):

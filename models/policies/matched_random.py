@@ -30,11 +30,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from models.errors import InputError
-from models.placement import PlacementError, feasible_range, final_window, sample_placement
-from models.policies import register
-from models.policies.base import Observation, Params, Policy, PolicyContext
-from models.rng import stream
+from wadiloco.models.errors import InputError
+from wadiloco.models.placement import PlacementError, feasible_range, final_window, sample_placement
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
+from wadiloco.models.rng import stream
 
 
 class ReferenceParams(Params):
@@ -47,7 +47,7 @@ class ReferenceParams(Params):
     @field_validator("reference")
     @classmethod
     def _known(cls, v: str) -> str:
-        from models.policies import POLICIES
+        from wadiloco.models.policies import POLICIES
 
         if v not in POLICIES:
             raise ValueError(f"unknown reference policy {v!r}; known: {', '.join(sorted(POLICIES))}")
@@ -59,7 +59,7 @@ class ReferenceParams(Params):
 
     @model_validator(mode="after")
     def _ref_params(self):
-        from models.policies import parse_policy
+        from wadiloco.models.policies import parse_policy
 
         try:
             parse_policy(self.reference, self.reference_params, "<reference>", "reference_params")
@@ -74,7 +74,7 @@ class MatchedControl(Policy):
 
     @classmethod
     def check_corridor(cls, params: ReferenceParams, h_min: int, h_max: int) -> str | None:
-        from models.policies import parse_policy
+        from wadiloco.models.policies import parse_policy
 
         ref_cls, ref_p = parse_policy(params.reference, params.reference_params)
         problem = ref_cls.check_corridor(ref_p, h_min, h_max)

@@ -1,6 +1,6 @@
 """`no_sync`: never merge. Every claim is measured against it (same seed, same load)."""
-from models.policies import register
-from models.policies.base import Observation, Policy
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Policy
 
 
 @register

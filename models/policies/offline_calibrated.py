@@ -31,11 +31,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from models.errors import InputError
-from models.placement import PlacementError, min_cost_placement
-from models.policies import register
-from models.policies.base import FutureView, Observation, PolicyContext
-from models.policies.matched_random import MatchedControl, ReferenceParams, plan_window, reference_budget
+from wadiloco.models.errors import InputError
+from wadiloco.models.placement import PlacementError, min_cost_placement
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import FutureView, Observation, PolicyContext
+from wadiloco.models.policies.matched_random import MatchedControl, ReferenceParams, plan_window, reference_budget
 
 
 class OfflineCalibratedParams(ReferenceParams):

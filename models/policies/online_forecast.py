@@ -31,10 +31,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from models.forecast import make_forecaster, window_costs
-from models.policies import register
-from models.policies.base import Observation, Policy, PolicyContext
-from models.policies.wa_diloco import ScoreMixin, WaDilocoParams
+from wadiloco.models.forecast import make_forecaster, window_costs
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Policy, PolicyContext
+from wadiloco.models.policies.wa_diloco import ScoreMixin, WaDilocoParams
 
 
 class OnlineForecastParams(WaDilocoParams):

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from models.policies import register
-from models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Params, Policy
 
 
 class PressureGatedParams(Params):

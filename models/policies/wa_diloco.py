@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from models.policies import register
-from models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies import register
+from wadiloco.models.policies.base import Observation, Params, Policy
 
 
 class WaDilocoParams(Params):
