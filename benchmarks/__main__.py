@@ -24,6 +24,7 @@ Every figure is the median of >= 3 runs (5 by default for the one-core figures, 
 `--quick` shrinks every size (240 s bursty window, 1-seed 120 s smoke sweep, 600 s memory replay,
 one run per regime for the paper estimate); its figures are for smoke-testing the benchmark only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,12 @@ import time
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wadiloco.benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    ap.add_argument("--quick", action="store_true",
-                    help="3 runs on a 240 s bursty window (two burst periods) instead of 5 runs on the full "
-                         "scenario; a 1-seed 120 s smoke sweep; a 600 s memory replay; 1 run per paper estimate")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 runs on a 240 s bursty window (two burst periods) instead of 5 runs on the full "
+        "scenario; a 1-seed 120 s smoke sweep; a 600 s memory replay; 1 run per paper estimate",
+    )
     ap.add_argument("--runs", type=int, default=None, help="repetitions per figure (>= 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-sweep", action="store_true", help="leave out the sweep and Dask figures")
@@ -63,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sw = run_sweep_benchmarks(other_runs, quick=args.quick)
         out.update(sw)
-        pe = paper_estimate(1 if args.quick else other_runs, sw["sweep_runs_per_min_1w"],
-                            sw["sweep_runs_per_min_2w"])
+        pe = paper_estimate(1 if args.quick else other_runs, sw["sweep_runs_per_min_1w"], sw["sweep_runs_per_min_2w"])
         if pe is not None:
             out.update(pe)
     if not args.skip_memory:
@@ -72,9 +75,13 @@ def main(argv: list[str] | None = None) -> int:
 
         out.update(run_memory_benchmark(other_runs, quick=args.quick))
     out["meta"] = {
-        "runs": runs, "quick": args.quick, "statistic": "median",
-        "python": platform.python_version(), "implementation": platform.python_implementation(),
-        "simpy": simpy.__version__, "cpu_count": os.cpu_count(),
+        "runs": runs,
+        "quick": args.quick,
+        "statistic": "median",
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "simpy": simpy.__version__,
+        "cpu_count": os.cpu_count(),
         "load_average_1m_before": load0,
         "load_average_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "benchmark_wall_s": time.perf_counter() - t0,
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  engine ff {h['engine_ff_s']:.3f} s   engine per-iteration {h['engine_per_iteration_s']:.3f} s   "
         f"heapq reference {h['reference_s']:.3f} s ({h['reference_events_per_s'] / 1e3:.0f}k events/s)",
         f"  heapq_ratio {out['heapq_ratio']:.2f}   per-iteration engine / reference "
-        f"{h['heapq_ratio_per_iteration']:.2f}   (max |engine - reference| {h['engine_vs_reference_max_diff_s']:.2g} s)",
+        f"{h['heapq_ratio_per_iteration']:.2f}   "
+        f"(max |engine - reference| {h['engine_vs_reference_max_diff_s']:.2g} s)",
         f"realtime_factor_bursty {out['realtime_factor_bursty']:.0f}",
     ]
     if "sweep" in out:
@@ -107,25 +115,36 @@ def main(argv: list[str] | None = None) -> int:
         lines += [
             f"{sw['plan']} ({sw['tasks']} runs{', quick' if sw['quick'] else ''}), sweep phase:",
             f"  local 1 worker {sw['local_1w']['wall_s']:.1f} s   local 2 workers {sw['local_2w']['wall_s']:.1f} s"
-            + (f"   dask 2 workers {sw['dask_2w']['wall_s']:.1f} s (cold), "
-               f"{sw['dask_1w_warm']['wall_s']:.1f} / {sw['dask_2w_warm']['wall_s']:.1f} s on running 1- / 2-worker "
-               f"clusters (start-up {out['dask_cluster_start_s']:.1f} s)" if "dask_2w" in sw else ""),
+            + (
+                f"   dask 2 workers {sw['dask_2w']['wall_s']:.1f} s (cold), "
+                f"{sw['dask_1w_warm']['wall_s']:.1f} / {sw['dask_2w_warm']['wall_s']:.1f} s on running 1- / 2-worker "
+                f"clusters (start-up {out['dask_cluster_start_s']:.1f} s)"
+                if "dask_2w" in sw
+                else ""
+            ),
             f"  sweep_runs_per_min_1w {out['sweep_runs_per_min_1w']:.1f}   "
             f"sweep_runs_per_min_2w {out['sweep_runs_per_min_2w']:.1f}"
-            + (f"   dask_efficiency_2w {out['dask_efficiency_2w']:.2f} (cold {out['dask_efficiency_2w_cold']:.2f})"
-               if "dask_efficiency_2w" in out else ""),
+            + (
+                f"   dask_efficiency_2w {out['dask_efficiency_2w']:.2f} (cold {out['dask_efficiency_2w_cold']:.2f})"
+                if "dask_efficiency_2w" in out
+                else ""
+            ),
         ]
     if "paper" in out:
         p = out["paper"]
-        lines.append(f"{p['plan']}: {p['tasks']} runs, {p['serial_cpu_min']:.1f} min of runs in series; "
-                     f"paper_yaml_est_min_2w {out['paper_yaml_est_min_2w']:.1f} "
-                     f"(naive tasks / smoke runs-per-min: {p['naive_est_min_2w']:.1f})")
+        lines.append(
+            f"{p['plan']}: {p['tasks']} runs, {p['serial_cpu_min']:.1f} min of runs in series; "
+            f"paper_yaml_est_min_2w {out['paper_yaml_est_min_2w']:.1f} "
+            f"(naive tasks / smoke runs-per-min: {p['naive_est_min_2w']:.1f})"
+        )
     if "memory" in out:
         m = out["memory"]
-        lines.append(f"{m['scenario']} {m['sidecars']} sidecars, {m['sim_s']:.0f} s simulated, {m['requests']} requests "
-                     f"(per-request table {m['request_table_mb']:.0f} MiB kept): "
-                     f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
-                     f"real-time x{m['realtime_factor']:.0f})")
+        lines.append(
+            f"{m['scenario']} {m['sidecars']} sidecars, {m['sim_s']:.0f} s simulated, {m['requests']} requests "
+            f"(per-request table {m['request_table_mb']:.0f} MiB kept): "
+            f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
+            f"real-time x{m['realtime_factor']:.0f})"
+        )
     print("\n".join(lines))
     return 0
 

@@ -6,6 +6,7 @@ compared are interleaved (A B A B ...) so a change in machine load hits both ali
 Only `env.run` is timed for the fleet (building the fleet, which draws the arrivals, is reported
 separately as `setup_s`).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -54,9 +55,16 @@ def time_fleet(sc: Scenario, seed: int) -> dict:
     wall = time.perf_counter() - t0
     events = processed_events(fleet.env, mark)
     s = res.summary
-    return {"wall_s": wall, "setup_s": setup, "sim_s": float(fleet.env.now), "events": events,
-            "engine_iterations": s["engine_iterations"], "requests": s["requests"], "merges": s["merges"],
-            "result": res}
+    return {
+        "wall_s": wall,
+        "setup_s": setup,
+        "sim_s": float(fleet.env.now),
+        "events": events,
+        "engine_iterations": s["engine_iterations"],
+        "requests": s["requests"],
+        "merges": s["merges"],
+        "result": res,
+    }
 
 
 def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
@@ -85,9 +93,12 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
             "wall_s_runs": [round(r["wall_s"], 4) for r in rs],
         }
 
-    return {"fast_forward": summary(ff), "per_iteration": summary(it),
-            "fastforward_speedup": median(b["wall_s"] / a["wall_s"] for a, b in zip(ff, it)),
-            "ff_vs_per_iteration_max_diff_s": diff}
+    return {
+        "fast_forward": summary(ff),
+        "per_iteration": summary(it),
+        "fastforward_speedup": median(b["wall_s"] / a["wall_s"] for a, b in zip(ff, it)),
+        "ff_vs_per_iteration_max_diff_s": diff,
+    }
 
 
 def max_time_diff(a: dict, b: dict) -> float:
@@ -110,8 +121,11 @@ def heapq_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     stepping one iteration at a time."""
     fleet = Fleet(sc, seed)  # only for its arrivals, latency model and host time
     streams = fleet.arrivals
-    kw = dict(max_num_seqs=sc.engine.max_num_seqs, max_num_batched_tokens=sc.engine.max_num_batched_tokens,
-              host_s=fleet.host_s)
+    kw = dict(
+        max_num_seqs=sc.engine.max_num_seqs,
+        max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+        host_s=fleet.host_s,
+    )
     lat = fleet.lat
     until = sc.horizon_s + sc.drain_s
 
@@ -164,8 +178,11 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
         "fastforward_speedup": fl["fastforward_speedup"],
         "bursty": {
             "scenario": str(BURSTY.relative_to(ROOT)),
-            "policy": sc.policy.name, "policy_params": dict(sc.policy.params),
-            "horizon_s": sc.horizon_s, "drain_s": sc.drain_s, "seed": seed,
+            "policy": sc.policy.name,
+            "policy_params": dict(sc.policy.params),
+            "horizon_s": sc.horizon_s,
+            "drain_s": sc.drain_s,
+            "seed": seed,
             **{k: v for k, v in ff.items()},
             "per_iteration": fl["per_iteration"],
             "ff_vs_per_iteration_max_diff_s": fl["ff_vs_per_iteration_max_diff_s"],

@@ -2,6 +2,7 @@
 link that nothing else uses (each on its own fabric, as in sim/fleet.py), no trainer, no monitor.
 This is "the project's engine" that `heapq_ratio` compares with benchmarks/reference.py, and what
 the tests use to compare the two on arbitrary inputs."""
+
 from __future__ import annotations
 
 import simpy
@@ -10,14 +11,31 @@ from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.fabric import Fabric
 
 
-def run_engine(arrivals, lat, *, max_num_seqs: int, max_num_batched_tokens: int, host_s: float,
-               fast_forward: bool = True, until: float | None = None) -> tuple[Sidecar, simpy.Environment]:
+def run_engine(
+    arrivals,
+    lat,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    host_s: float,
+    fast_forward: bool = True,
+    until: float | None = None,
+) -> tuple[Sidecar, simpy.Environment]:
     """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`)."""
     env = simpy.Environment()
     gpu = Fabric(env, "bench/gpu0").link("gpu0", 1.0)
     cpu = Fabric(env, "bench/cpu").link("cpu", 1.0)
-    sc = Sidecar(env, 0, arrivals, lat, max_num_seqs=max_num_seqs,
-                 max_num_batched_tokens=max_num_batched_tokens, host_s=host_s, gpu=gpu, host=cpu,
-                 fast_forward=fast_forward)
+    sc = Sidecar(
+        env,
+        0,
+        arrivals,
+        lat,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        host_s=host_s,
+        gpu=gpu,
+        host=cpu,
+        fast_forward=fast_forward,
+    )
     env.run(until)
     return sc, env

@@ -20,6 +20,7 @@ which `wadiloco run` writes to requests.csv; it is kept, and its size is reporte
 
 `python -m wadiloco.benchmarks.memory --child [--quick]` is the child; it prints one JSON line.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ import time
 from wadiloco.benchmarks.bursty import ROOT, median
 
 AZURE = ROOT / "scenarios" / "azure_conv.yaml"
-OVERRIDES = {"fleet.islands": 8, "fleet.hosts_per_island": 8, "fleet.sidecars_per_host": 1,
-             "horizon_s": 3600.0, "workload.loop": True}
+OVERRIDES = {
+    "fleet.islands": 8,
+    "fleet.hosts_per_island": 8,
+    "fleet.sidecars_per_host": 1,
+    "horizon_s": 3600.0,
+    "workload.loop": True,
+}
 QUICK_HORIZON_S = 600.0
 
 
@@ -61,10 +67,18 @@ def child(quick: bool) -> dict:
     wall = time.perf_counter() - t0
     table_bytes = sum(v.nbytes for v in res.requests.values())
     s = res.summary
-    return {"peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "vm_hwm_kb": _vm_hwm_kb(),
-            "wall_s": wall, "sim_s": s["sim_time_s"], "requests": s["requests"], "sidecars": sc.fleet.n_sidecars,
-            "merges": s["merges"], "engine_iterations": s["engine_iterations"],
-            "request_table_mb": table_bytes / 2**20, "request_table_columns": len(res.requests)}
+    return {
+        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "vm_hwm_kb": _vm_hwm_kb(),
+        "wall_s": wall,
+        "sim_s": s["sim_time_s"],
+        "requests": s["requests"],
+        "sidecars": sc.fleet.n_sidecars,
+        "merges": s["merges"],
+        "engine_iterations": s["engine_iterations"],
+        "request_table_mb": table_bytes / 2**20,
+        "request_table_columns": len(res.requests),
+    }
 
 
 def run_memory_benchmark(runs: int, quick: bool = False) -> dict:
@@ -82,13 +96,17 @@ def run_memory_benchmark(runs: int, quick: bool = False) -> dict:
         "memory": {
             "scenario": str(AZURE.relative_to(ROOT)),
             "overrides": {**OVERRIDES, **({"horizon_s": QUICK_HORIZON_S} if quick else {})},
-            "sidecars": r0["sidecars"], "sim_s": r0["sim_s"], "requests": r0["requests"],
-            "merges": r0["merges"], "engine_iterations": r0["engine_iterations"],
+            "sidecars": r0["sidecars"],
+            "sim_s": r0["sim_s"],
+            "requests": r0["requests"],
+            "merges": r0["merges"],
+            "engine_iterations": r0["engine_iterations"],
             "wall_s": median(r["wall_s"] for r in rs),
             "realtime_factor": median(r["sim_s"] / r["wall_s"] for r in rs),
             "vm_hwm_mb": median(r["vm_hwm_kb"] / 1024 for r in rs) if r0["vm_hwm_kb"] else None,
             "peak_rss_mb_runs": [round(r["peak_rss_kb"] / 1024, 1) for r in rs],
-            "request_table_mb": r0["request_table_mb"], "request_table_columns": r0["request_table_columns"],
+            "request_table_mb": r0["request_table_mb"],
+            "request_table_columns": r0["request_table_columns"],
             "note": "includes the per-request table built at the end of the run (request_table_mb)",
             "rusage_children_max_mb": children_max_kb / 1024,
         },

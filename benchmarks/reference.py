@@ -31,6 +31,7 @@ arrival < start-of-work < end-of-iteration, which is the engine's rule that an i
 request that arrived at or before its start, including one arriving exactly as the previous
 iteration ends.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -51,8 +52,18 @@ class ReferenceResult:
     events: int  # heap events processed
 
 
-def serve(t, prompt, output, lat, *, max_num_seqs: int, max_num_batched_tokens: int, host_s: float,
-          until: float = float("inf"), check: bool = False) -> ReferenceResult:
+def serve(
+    t,
+    prompt,
+    output,
+    lat,
+    *,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    host_s: float,
+    until: float = float("inf"),
+    check: bool = False,
+) -> ReferenceResult:
     """Serve requests (arrival times `t`, sorted; token counts `prompt`, `output` >= 1) on one
     sidecar with latency model `lat` (fields a, b, c, d). Like simpy's run(until=...), nothing at or
     after `until` happens; requests not done by then keep NaN times."""
@@ -170,8 +181,7 @@ def serve(t, prompt, output, lat, *, max_num_seqs: int, max_num_batched_tokens: 
         else:
             busy = False
 
-    return ReferenceResult(np.asarray(admitted), np.asarray(first_token), np.asarray(finish),
-                           iterations, events)
+    return ReferenceResult(np.asarray(admitted), np.asarray(first_token), np.asarray(finish), iterations, events)
 
 
 def serve_arrivals(arrivals, lat, **kw) -> ReferenceResult:

@@ -24,6 +24,7 @@ Diagnostics per configuration: `run_wall_sum_s` (sum of the runs' own wall times
 and `busy_fraction` = run_wall_sum_s / (workers x sweep wall): what is not busy is start-up,
 dispatch and store writes, or waiting for a dependency.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,8 +66,9 @@ def start_dask_cluster(workers: int):
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    cluster = LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    )
     with Client(cluster) as client:
         client.run(_warm_worker)
     return cluster, time.perf_counter() - t0
@@ -74,9 +76,8 @@ def start_dask_cluster(workers: int):
 
 def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -> dict:
     """One timed sweep. `warm` (Dask only): on a cluster started and warmed before the clock."""
-    from wadiloco.experiments.sweeper import execute_plan
-
     from wadiloco.experiments.store import STORE_NAME
+    from wadiloco.experiments.sweeper import execute_plan
 
     tmp = Path(tempfile.mkdtemp(prefix=f"wadiloco-bench-{backend}{workers}-"))
     cluster = start_s = None
@@ -84,8 +85,14 @@ def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -
         if warm:
             cluster, start_s = start_dask_cluster(workers)
         t0 = time.perf_counter()
-        oc = execute_plan(plan, tmp / "out", workers=workers, backend=backend, progress=False,
-                          scheduler=cluster.scheduler_address if cluster is not None else None)
+        oc = execute_plan(
+            plan,
+            tmp / "out",
+            workers=workers,
+            backend=backend,
+            progress=False,
+            scheduler=cluster.scheduler_address if cluster is not None else None,
+        )
         wall = time.perf_counter() - t0
         # a diagnostic, not a figure: how much of the wall time workers spent inside runs
         with sqlite3.connect(tmp / "out" / STORE_NAME) as con:
@@ -96,8 +103,14 @@ def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -
         shutil.rmtree(tmp, ignore_errors=True)
     if oc.errors:
         raise RuntimeError(f"{oc.errors} of {oc.ran} sweep runs failed on {backend} x{workers}")
-    return {"wall_s": wall, "ran": oc.ran, "runs_per_min": oc.ran * 60.0 / wall, "run_wall_sum_s": busy,
-            "busy_fraction": busy / (workers * wall), "cluster_start_s": start_s}
+    return {
+        "wall_s": wall,
+        "ran": oc.ran,
+        "runs_per_min": oc.ran * 60.0 / wall,
+        "run_wall_sum_s": busy,
+        "busy_fraction": busy / (workers * wall),
+        "cluster_start_s": start_s,
+    }
 
 
 def run_sweep_benchmarks(runs: int, quick: bool = False, dask: bool = True) -> dict:
@@ -111,10 +124,14 @@ def run_sweep_benchmarks(runs: int, quick: bool = False, dask: bool = True) -> d
             res[(backend, w, warm)].append(time_sweep(plan, w, backend, warm))
 
     def summ(rs):
-        out = {"runs_per_min": median(r["runs_per_min"] for r in rs), "wall_s": median(r["wall_s"] for r in rs),
-               "runs": rs[0]["ran"], "wall_s_runs": [round(r["wall_s"], 3) for r in rs],
-               "run_wall_sum_s": median(r["run_wall_sum_s"] for r in rs),
-               "busy_fraction": median(r["busy_fraction"] for r in rs)}
+        out = {
+            "runs_per_min": median(r["runs_per_min"] for r in rs),
+            "wall_s": median(r["wall_s"] for r in rs),
+            "runs": rs[0]["ran"],
+            "wall_s_runs": [round(r["wall_s"], 3) for r in rs],
+            "run_wall_sum_s": median(r["run_wall_sum_s"] for r in rs),
+            "busy_fraction": median(r["busy_fraction"] for r in rs),
+        }
         if rs[0]["cluster_start_s"] is not None:
             out["cluster_start_s"] = median(r["cluster_start_s"] for r in rs)
         return out
@@ -126,17 +143,21 @@ def run_sweep_benchmarks(runs: int, quick: bool = False, dask: bool = True) -> d
     }
     if dask:
         out["dask_efficiency_2w"] = detail["dask_2w_warm"]["runs_per_min"] / (
-            2.0 * detail["dask_1w_warm"]["runs_per_min"])
+            2.0 * detail["dask_1w_warm"]["runs_per_min"]
+        )
         out["dask_efficiency_2w_cold"] = detail["dask_2w"]["runs_per_min"] / (2.0 * detail["local_1w"]["runs_per_min"])
         out["dask_cluster_start_s"] = detail["dask_2w_warm"]["cluster_start_s"]
-    out["sweep"] = {"plan": str(SMOKE.relative_to(ROOT)), "quick": quick, "tasks": len(plan.tasks()),
-                    "timed": "experiments.sweeper.execute_plan (pool/cluster start-up, runs, store writes; "
-                             "no report rendering)",
-                    "dask_efficiency_2w": "median runs/min on a running, warmed dask LocalCluster of 2 workers "
-                                          "x 1 thread / (2 x the same on 1 worker); start-up reported apart",
-                    "dask_efficiency_2w_cold": "median runs/min, sweep starting its own 2-worker LocalCluster / "
-                                               "(2 x median runs/min, 1 local worker)",
-                    **detail}
+    out["sweep"] = {
+        "plan": str(SMOKE.relative_to(ROOT)),
+        "quick": quick,
+        "tasks": len(plan.tasks()),
+        "timed": "experiments.sweeper.execute_plan (pool/cluster start-up, runs, store writes; no report rendering)",
+        "dask_efficiency_2w": "median runs/min on a running, warmed dask LocalCluster of 2 workers "
+        "x 1 thread / (2 x the same on 1 worker); start-up reported apart",
+        "dask_efficiency_2w_cold": "median runs/min, sweep starting its own 2-worker LocalCluster / "
+        "(2 x median runs/min, 1 local worker)",
+        **detail,
+    }
     return out
 
 
@@ -167,14 +188,22 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     per: dict[str, dict[str, list[float]]] = {r.name: {"policy": [], "matched": []} for r in plan.regimes}
     for _ in range(runs):
         for reg in plan.regimes:
-            base = {"scenario": reg.scenario, "seed": 0, "draw": 0, "baseline": None, "keep_e2e": False,
-                    "timeline": False, "plugins": plan.plugins}
+            base = {
+                "scenario": reg.scenario,
+                "seed": 0,
+                "draw": 0,
+                "baseline": None,
+                "keep_e2e": False,
+                "timeline": False,
+                "plugins": plan.plugins,
+            }
             a = execute_task({**base, "policy": "wa_diloco", "params": {}, "reference": None})
             if a["status"] != "ok":
                 raise RuntimeError(f"paper estimate: {reg.name} wa_diloco failed: {a['error']}")
             ref = {"merges": int(a["summary"]["merges"]), "steps": int(a["summary"]["inner_steps"])}
-            b = execute_task({**base, "policy": "matched_random", "params": {"reference": "wa_diloco"}, "draw": 1,
-                              "reference": ref})
+            b = execute_task(
+                {**base, "policy": "matched_random", "params": {"reference": "wa_diloco"}, "draw": 1, "reference": ref}
+            )
             if b["status"] != "ok":
                 raise RuntimeError(f"paper estimate: {reg.name} matched_random failed: {b['error']}")
             per[reg.name]["policy"].append(a["wall_s"])
@@ -189,11 +218,17 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     eff = min(1.0, local_2w_rpm / (2.0 * local_1w_rpm)) if local_1w_rpm > 0 else 1.0
     return {
         "paper_yaml_est_min_2w": total / (2.0 * eff) / 60.0,
-        "paper": {"plan": str(PAPER.relative_to(ROOT)), "tasks": len(tasks), "tasks_per_regime": counts,
-                  "run_s_per_regime": {r: {"wa_diloco": c["policy"], "matched_random": c["matched"]}
-                                       for r, c in cost.items()},
-                  "serial_cpu_min": total / 60.0, "parallel_efficiency_2w": eff,
-                  "naive_est_min_2w": len(tasks) / local_2w_rpm if local_2w_rpm > 0 else None,
-                  "method": "sum of per-regime run times (median of runs, execute_task in-process) / "
-                            "(2 x smoke 2-worker efficiency) / 60"},
+        "paper": {
+            "plan": str(PAPER.relative_to(ROOT)),
+            "tasks": len(tasks),
+            "tasks_per_regime": counts,
+            "run_s_per_regime": {
+                r: {"wa_diloco": c["policy"], "matched_random": c["matched"]} for r, c in cost.items()
+            },
+            "serial_cpu_min": total / 60.0,
+            "parallel_efficiency_2w": eff,
+            "naive_est_min_2w": len(tasks) / local_2w_rpm if local_2w_rpm > 0 else None,
+            "method": "sum of per-regime run times (median of runs, execute_task in-process) / "
+            "(2 x smoke 2-worker efficiency) / 60",
+        },
     }

@@ -7,6 +7,7 @@ changes between bisection steps, so the search compares like with like. The per-
 give a mean and a bootstrap CI; the same search without merges (`no_sync`) gives the capacity
 the fleet would have if it did not train, and the difference is what training costs.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,9 @@ class SearchSpec:
     horizon_s: float | None = None
 
 
-def attainment_at(sc: Scenario, load: float, seed: int, policy: str, params: dict | None,
-                  fleet_kw: dict | None = None) -> tuple[float, float]:
+def attainment_at(
+    sc: Scenario, load: float, seed: int, policy: str, params: dict | None, fleet_kw: dict | None = None
+) -> tuple[float, float]:
     """(attainment, capacity_rps_per_sidecar) of one run at `load`."""
     from wadiloco.experiments.runner import run_one
 
@@ -39,8 +41,9 @@ def attainment_at(sc: Scenario, load: float, seed: int, policy: str, params: dic
     return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan"))
 
 
-def search_seed(sc: Scenario, seed: int, policy: str, params: dict | None, spec: SearchSpec,
-                fleet_kw: dict | None = None) -> dict[str, Any]:
+def search_seed(
+    sc: Scenario, seed: int, policy: str, params: dict | None, spec: SearchSpec, fleet_kw: dict | None = None
+) -> dict[str, Any]:
     """Bisection on one seed. Returns the largest load found feasible and its rate."""
     if spec.horizon_s:
         sc = with_overrides(sc, {"horizon_s": spec.horizon_s})
@@ -48,13 +51,27 @@ def search_seed(sc: Scenario, seed: int, policy: str, params: dict | None, spec:
     a_lo, cap = attainment_at(sc, lo, seed, policy, params, fleet_kw)
     evals = 1
     if a_lo < spec.attainment:
-        return {"seed": seed, "max_load": 0.0, "max_rate": 0.0, "capacity_rps": cap, "evals": evals,
-                "bracket": [0.0, lo], "note": f"attainment {a_lo:.3f} < target even at load {lo}"}
+        return {
+            "seed": seed,
+            "max_load": 0.0,
+            "max_rate": 0.0,
+            "capacity_rps": cap,
+            "evals": evals,
+            "bracket": [0.0, lo],
+            "note": f"attainment {a_lo:.3f} < target even at load {lo}",
+        }
     a_hi, _ = attainment_at(sc, hi, seed, policy, params, fleet_kw)
     evals += 1
     if a_hi >= spec.attainment:
-        return {"seed": seed, "max_load": hi, "max_rate": hi * cap, "capacity_rps": cap, "evals": evals,
-                "bracket": [hi, math.inf], "note": f"target still met at the top of the range (load {hi})"}
+        return {
+            "seed": seed,
+            "max_load": hi,
+            "max_rate": hi * cap,
+            "capacity_rps": cap,
+            "evals": evals,
+            "bracket": [hi, math.inf],
+            "note": f"target still met at the top of the range (load {hi})",
+        }
     while hi - lo > spec.tol:
         mid = 0.5 * (lo + hi)
         a, _ = attainment_at(sc, mid, seed, policy, params, fleet_kw)
@@ -63,8 +80,15 @@ def search_seed(sc: Scenario, seed: int, policy: str, params: dict | None, spec:
             lo = mid
         else:
             hi = mid
-    return {"seed": seed, "max_load": lo, "max_rate": lo * cap, "capacity_rps": cap, "evals": evals,
-            "bracket": [lo, hi], "note": ""}
+    return {
+        "seed": seed,
+        "max_load": lo,
+        "max_rate": lo * cap,
+        "capacity_rps": cap,
+        "evals": evals,
+        "bracket": [lo, hi],
+        "note": "",
+    }
 
 
 def _task(args):
@@ -79,16 +103,30 @@ def mean_ci(xs: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[f
     from scipy.stats import bootstrap
 
     method = "BCa" if len(x) >= 5 else "percentile"
-    r = bootstrap((x,), np.mean, confidence_level=confidence, n_resamples=2000, method=method,
-                  random_state=np.random.default_rng(seed))
+    r = bootstrap(
+        (x,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=2000,
+        method=method,
+        random_state=np.random.default_rng(seed),
+    )
     lo, hi = float(r.confidence_interval.low), float(r.confidence_interval.high)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = float(np.min(x)), float(np.max(x))
     return m, lo, hi
 
 
-def capacity(sc: Scenario, policy: str, params: dict | None = None, *, seeds: int = 5, spec: SearchSpec = SearchSpec(),
-             workers: int = 1, fleet_kw: dict | None = None) -> dict[str, Any]:
+def capacity(
+    sc: Scenario,
+    policy: str,
+    params: dict | None = None,
+    *,
+    seeds: int = 5,
+    spec: SearchSpec = SearchSpec(),
+    workers: int = 1,
+    fleet_kw: dict | None = None,
+) -> dict[str, Any]:
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
     if seeds < 1:
@@ -108,10 +146,20 @@ def capacity(sc: Scenario, policy: str, params: dict | None = None, *, seeds: in
     cost = [1 - p["max_rate"] / b["max_rate"] if b["max_rate"] > 0 else float("nan") for p, b in zip(pol, base)]
     cm, clo, chi = mean_ci([c for c in cost if c == c]) if any(c == c for c in cost) else (float("nan"),) * 3
     return {
-        "scenario": sc.name, "policy": policy, "attainment_target": spec.attainment, "seeds": seeds,
-        "max_rate_rps_per_sidecar": m, "max_rate_ci_low": lo, "max_rate_ci_high": hi,
+        "scenario": sc.name,
+        "policy": policy,
+        "attainment_target": spec.attainment,
+        "seeds": seeds,
+        "max_rate_rps_per_sidecar": m,
+        "max_rate_ci_low": lo,
+        "max_rate_ci_high": hi,
         "max_load": float(np.mean([r["max_load"] for r in pol])),
-        "no_sync_max_rate_rps_per_sidecar": bm, "no_sync_max_rate_ci_low": blo, "no_sync_max_rate_ci_high": bhi,
-        "capacity_cost_fraction": cm, "capacity_cost_ci_low": clo, "capacity_cost_ci_high": chi,
-        "per_seed": pol, "no_sync_per_seed": base,
+        "no_sync_max_rate_rps_per_sidecar": bm,
+        "no_sync_max_rate_ci_low": blo,
+        "no_sync_max_rate_ci_high": bhi,
+        "capacity_cost_fraction": cm,
+        "capacity_cost_ci_low": clo,
+        "capacity_cost_ci_high": chi,
+        "per_seed": pol,
+        "no_sync_per_seed": base,
     }

@@ -1,6 +1,7 @@
 """`wadiloco`: the one entry point. Each subcommand lives in the module that owns its work and
 registers itself through `add_parser(subparsers)`; this file only dispatches and turns
 `InputError` into a one-paragraph message and exit code 2 (never a traceback)."""
+
 from __future__ import annotations
 
 import argparse

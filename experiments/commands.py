@@ -1,4 +1,5 @@
 """Subcommands for single runs and for looking at the model: run, calibrate, policies, trace."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run one scenario and print a summary")
     p.add_argument("scenario", help="scenario YAML (see scenarios/)")
     p.add_argument("--policy", help="policy name (default: the scenario's)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="policy parameter (YAML value), repeatable")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="policy parameter (YAML value), repeatable"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--draw", type=int, default=0, help="draw index for randomised controls")
     p.add_argument("--out", help="folder for requests.csv, merges.csv, timeline.csv and summary.json")
@@ -69,9 +71,18 @@ def cmd_run(args) -> int:
         import pandas as pd
 
         write_atomic(out / "requests.csv", requests_csv(res.requests))
-        rows = [{"index": m.index, "step": m.step, "decided_at": m.decided_at, "start": m.start, "end": m.end,
-                 **{f"{k}_start": v[0] for k, v in m.phases.items()}, **{f"{k}_end": v[1] for k, v in m.phases.items()}}
-                for m in res.merges]
+        rows = [
+            {
+                "index": m.index,
+                "step": m.step,
+                "decided_at": m.decided_at,
+                "start": m.start,
+                "end": m.end,
+                **{f"{k}_start": v[0] for k, v in m.phases.items()},
+                **{f"{k}_end": v[1] for k, v in m.phases.items()},
+            }
+            for m in res.merges
+        ]
         write_atomic(out / "merges.csv", pd.DataFrame(rows).to_csv(index=False))
         write_atomic(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
         write_atomic(out / "summary.json", dumps(s) + "\n")
@@ -88,10 +99,12 @@ def format_summary(s: dict) -> str:
         f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  "
         f"({s['sim_time_s']:.0f} s simulated in {s['wall_time_s']:.2f} s wall)",
         f"requests            {s['requests']:>10,d}   completed {s['completed']:,d}  unfinished {s['unfinished']:,d}",
-        f"SLO violation rate  {s['slo_violation_rate']:>10.2%}   (TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s)",
+        f"SLO violation rate  {s['slo_violation_rate']:>10.2%}   "
+        f"(TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s)",
         f"TTFT p50/p95/p99    {s['ttft_p50_s']:.3f} / {s['ttft_p95_s']:.3f} / {s['ttft_p99_s']:.3f} s",
         f"E2E  p50/p95/p99    {s['e2e_p50_s']:.3f} / {s['e2e_p95_s']:.3f} / {s['e2e_p99_s']:.3f} s",
-        f"merges              {s['merges']:>10d}   at steps {s['merge_steps'][:12]}{' ...' if len(s['merge_steps']) > 12 else ''}",
+        f"merges              {s['merges']:>10d}   at steps {s['merge_steps'][:12]}"
+        f"{' ...' if len(s['merge_steps']) > 12 else ''}",
         f"merge duration      {s['merge_duration_mean_s']:>10.3f} s mean: "
         + ", ".join(f"{k} {v:.3f} s" for k, v in ph.items()),
         "violations by phase " + ", ".join(f"{k} {v}" for k, v in s["violations_by_phase"].items()),

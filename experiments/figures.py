@@ -6,6 +6,7 @@
 - timeline_<regime>.png: one seed's request rate, queue length, violations and merge windows;
 - tradeoff.png: sync-excess SLO violation against modelled final loss (training progress).
 """
+
 from __future__ import annotations
 
 import io
@@ -62,11 +63,26 @@ def violation_rate(summary: pd.DataFrame, regimes: list[str], path: Path) -> Non
     for ax, reg in zip(axes, regimes):
         sub = summary[summary["regime"] == reg].reset_index(drop=True)
         y = sub["violation_rate_mean"].astype(float) * 100
-        sns.barplot(x=sub["policy"], y=y, hue=sub["role"], palette=ROLE_COLORS, dodge=False, ax=ax,
-                    errorbar=None, legend=False, order=list(sub["policy"]))
-        ax.errorbar(np.arange(len(sub)), y, yerr=_err(y, sub["violation_rate_ci_low"] * 100,
-                                                     sub["violation_rate_ci_high"] * 100),
-                    fmt="none", ecolor="black", capsize=3, lw=1)
+        sns.barplot(
+            x=sub["policy"],
+            y=y,
+            hue=sub["role"],
+            palette=ROLE_COLORS,
+            dodge=False,
+            ax=ax,
+            errorbar=None,
+            legend=False,
+            order=list(sub["policy"]),
+        )
+        ax.errorbar(
+            np.arange(len(sub)),
+            y,
+            yerr=_err(y, sub["violation_rate_ci_low"] * 100, sub["violation_rate_ci_high"] * 100),
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+            lw=1,
+        )
         ax.set_title(reg)
         ax.set_xlabel("")
         ax.set_ylabel("SLO violation rate (%)")
@@ -91,14 +107,23 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
             continue
         r = runs[(runs["regime"] == reg) & (runs["role"] == "control") & (runs["status"] == "ok")]
         order = list(ctrl["policy"])
-        sns.stripplot(x=r["policy"], y=r["sync_excess"] * 100, order=order, color=ROLE_COLORS["control"],
-                      alpha=0.45, size=4, jitter=0.18, ax=ax)
+        sns.stripplot(
+            x=r["policy"],
+            y=r["sync_excess"] * 100,
+            order=order,
+            color=ROLE_COLORS["control"],
+            alpha=0.45,
+            size=4,
+            jitter=0.18,
+            ax=ax,
+        )
         for i, row in ctrl.iterrows():
             lo, hi = row["mr_envelope_low"] * 100, row["mr_envelope_high"] * 100
             if math.isfinite(lo) and math.isfinite(hi):
                 if hi > lo:
-                    ax.add_patch(plt.Rectangle((i - 0.35, lo), 0.7, hi - lo, color=ROLE_COLORS["control"],
-                                               alpha=0.18, lw=0))
+                    ax.add_patch(
+                        plt.Rectangle((i - 0.35, lo), 0.7, hi - lo, color=ROLE_COLORS["control"], alpha=0.18, lw=0)
+                    )
                 else:
                     ax.hlines(lo, i - 0.35, i + 0.35, color=ROLE_COLORS["control"], lw=4, alpha=0.4)
         # Each evaluated policy: its mean sync-excess with CI, beside the control spending the same
@@ -115,9 +140,16 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
                 x = order.index(row["matched_control"]) + 0.42 + 0.1 * k
             else:
                 x = len(order) + 0.15 * (unpaired.index(row["policy"]) - (len(unpaired) - 1) / 2)
-            ax.errorbar([x], [y], yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
-                        fmt=markers[j % len(markers)], color=sns.color_palette("dark", 8)[j % 8], capsize=3,
-                        ms=7, label=row["policy"])
+            ax.errorbar(
+                [x],
+                [y],
+                yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
+                fmt=markers[j % len(markers)],
+                color=sns.color_palette("dark", 8)[j % 8],
+                capsize=3,
+                ms=7,
+                label=row["policy"],
+            )
         ticks = order + (["(no matched control)"] if unpaired else [])
         ax.set_xticks(range(len(ticks)), [t.replace("matched_random", "MR") for t in ticks])
         ax.axhline(0, color="grey", lw=0.8)
@@ -131,13 +163,17 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
     _save(fig, path)
 
 
-def timeline(timelines: dict[str, dict[str, Any]], roles: dict[str, str], regime: str, seed: int,
-             path: Path) -> None:
+def timeline(timelines: dict[str, dict[str, Any]], roles: dict[str, str], regime: str, seed: int, path: Path) -> None:
     """`timelines`: policy label -> compact timeline of that policy's run on `seed` (draw 0)."""
     sns.set_theme(style="whitegrid", context="notebook")
     labels = [lab for lab in timelines if timelines[lab] and timelines[lab].get("t")]
-    fig, axes = plt.subplots(4, 1, figsize=(11, 9), sharex=True,
-                             gridspec_kw={"height_ratios": [1, 1.2, 1, 0.25 + 0.22 * max(len(labels), 1)]})
+    fig, axes = plt.subplots(
+        4,
+        1,
+        figsize=(11, 9),
+        sharex=True,
+        gridspec_kw={"height_ratios": [1, 1.2, 1, 0.25 + 0.22 * max(len(labels), 1)]},
+    )
     if not labels:
         axes[0].text(0.5, 0.5, "no timeline stored", ha="center", transform=axes[0].transAxes)
         _save(fig, path)
@@ -180,9 +216,16 @@ def tradeoff(summary: pd.DataFrame, regimes: list[str], path: Path) -> None:
             x, y = row["final_loss_mean"], row["sync_excess_mean"] * 100
             if not (math.isfinite(x) and math.isfinite(y)):
                 continue
-            ax.errorbar([x], [y], xerr=_err([x], [row["final_loss_ci_low"]], [row["final_loss_ci_high"]]),
-                        yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
-                        fmt="o", color=pal[i], capsize=3, label=row["policy"])
+            ax.errorbar(
+                [x],
+                [y],
+                xerr=_err([x], [row["final_loss_ci_low"]], [row["final_loss_ci_high"]]),
+                yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
+                fmt="o",
+                color=pal[i],
+                capsize=3,
+                label=row["policy"],
+            )
         ax.set_title(reg)
         ax.set_xlabel("modelled final loss (lower = more training progress)")
         ax.set_ylabel("sync-excess SLO violation (pts)")

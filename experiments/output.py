@@ -1,4 +1,5 @@
 """Writing result files atomically: a crash or a full disk never leaves a half-written file."""
+
 from __future__ import annotations
 
 import json

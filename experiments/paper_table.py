@@ -15,6 +15,7 @@ matched-random control it is compared with, the paired test's raw and Holm-corre
 claim-gate verdict (shortened; `--full-verdicts` prints summary.csv's text); and what the paper
 reports for that policy in that regime, if anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,28 @@ import pandas as pd
 START = "<!-- paper-table:start -->"
 END = "<!-- paper-table:end -->"
 
-REQUIRED = ["regime", "policy", "policy_name", "role", "n_seeds", "merges_mean",
-            "sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high",
-            "p95_ratio_matched", "p95_ratio_matched_ci_low", "p95_ratio_matched_ci_high",
-            "regime_p95_ratio", "regime_p95_ratio_ci_low", "regime_p95_ratio_ci_high", "effect_transfers",
-            "matched_control", "p_vs_matched_random", "p_holm", "verdict"]
+REQUIRED = [
+    "regime",
+    "policy",
+    "policy_name",
+    "role",
+    "n_seeds",
+    "merges_mean",
+    "sync_excess_mean",
+    "sync_excess_ci_low",
+    "sync_excess_ci_high",
+    "p95_ratio_matched",
+    "p95_ratio_matched_ci_low",
+    "p95_ratio_matched_ci_high",
+    "regime_p95_ratio",
+    "regime_p95_ratio_ci_low",
+    "regime_p95_ratio_ci_high",
+    "effect_transfers",
+    "matched_control",
+    "p_vs_matched_random",
+    "p_holm",
+    "verdict",
+]
 
 
 # ---- what the paper reports -----------------------------------------------------------------
@@ -42,46 +60,59 @@ REQUIRED = ["regime", "policy", "policy_name", "role", "n_seeds", "merges_mean",
 # merges minus the same run without merges). These are the paper's numbers, shown for comparison
 # only; nothing in the simulator is fitted to them.
 
+
 @dataclass(frozen=True)
 class PaperFinding:
-    finding: str                                                    # the paper's regime-level finding
-    policies: dict[str, str] = field(default_factory=dict)          # policy label or name -> reported figure
-    note: str = ""                                                  # how the regime maps onto the paper's
+    finding: str  # the paper's regime-level finding
+    policies: dict[str, str] = field(default_factory=dict)  # policy label or name -> reported figure
+    note: str = ""  # how the regime maps onto the paper's
 
 
 _REAL_REPLAY = PaperFinding(
     "bursty / aperiodic, real replay: the online controller with an EWMA rate forecast reaches 5.09% vs "
     "matched-random 6.54% (p = 0.021): a 1.46-point placement gain, about 60 requests per sidecar per 10 minutes",
-    {"online_forecast": "5.09% (beats MR, p = 0.021)", "matched_random[online_forecast]": "6.54%"})
+    {"online_forecast": "5.09% (beats MR, p = 0.021)", "matched_random[online_forecast]": "6.54%"},
+)
 
 PAPER: dict[str, PaperFinding] = {
     "normal": PaperFinding(
         "synthetic pressure does not transfer to real latency: the p95 ratio of merge vs no-merge windows is "
         "about 1.0; no policy matters",
-        {"*": "p95 ratio ~1.0; no policy matters"}),
+        {"*": "p95 ratio ~1.0; no policy matters"},
+    ),
     "pressure_heavy": PaperFinding(
         "serving is saturated; every policy is equally bad; nothing separates them",
-        {"*": "all equal; nothing separates them"}),
+        {"*": "all equal; nothing separates them"},
+    ),
     "sustained_sync_heavy": PaperFinding(
         "the workload-aware controller beats fixed-interval and pressure-gated baselines but ties "
         "matched-random (p = 0.56)",
-        {"wa_diloco": "beats fixed and pressure-gated; ties MR (p = 0.56)",
-         "fixed": "worse than wa_diloco", "pressure_gated": "worse than wa_diloco"}),
+        {
+            "wa_diloco": "beats fixed and pressure-gated; ties MR (p = 0.56)",
+            "fixed": "worse than wa_diloco",
+            "pressure_gated": "worse than wa_diloco",
+        },
+    ),
     "bursty": PaperFinding(
-        "the offline calibrated oracle reaches 4.45% vs matched-random 6.26% and the workload-aware "
-        "controller 6.92%",
-        {"offline_calibrated": "4.45%", "matched_random[wa_diloco]": "6.26%", "wa_diloco": "6.92%"}),
+        "the offline calibrated oracle reaches 4.45% vs matched-random 6.26% and the workload-aware controller 6.92%",
+        {"offline_calibrated": "4.45%", "matched_random[wa_diloco]": "6.26%", "wa_diloco": "6.92%"},
+    ),
     "aperiodic": PaperFinding(
-        _REAL_REPLAY.finding, _REAL_REPLAY.policies,
+        _REAL_REPLAY.finding,
+        _REAL_REPLAY.policies,
         "the paper reports this on real-trace replays of bursty/aperiodic serving; this regime is the "
-        "simulator's synthetic aperiodic workload"),
+        "simulator's synthetic aperiodic workload",
+    ),
     "azure_conv": PaperFinding(
-        _REAL_REPLAY.finding, _REAL_REPLAY.policies,
-        "the simulator's real replay: the Azure LLM inference conversation trace (2023)"),
+        _REAL_REPLAY.finding,
+        _REAL_REPLAY.policies,
+        "the simulator's real replay: the Azure LLM inference conversation trace (2023)",
+    ),
 }
 
 
 # ---- formatting -----------------------------------------------------------------------------
+
 
 def _finite(x) -> bool:
     try:
@@ -134,7 +165,7 @@ def short_verdict(v: str) -> str:
     if not v.startswith(prefix):
         return v
     out = []
-    for reason in _split_reasons(v[len(prefix):]):
+    for reason in _split_reasons(v[len(prefix) :]):
         if reason.startswith("effect does not transfer"):
             out.append("effect does not transfer")
         elif reason.startswith("effect transfer unmeasured"):
@@ -169,6 +200,7 @@ def paper_value(regime: str, label: str, name: str) -> str:
 
 # ---- the table ------------------------------------------------------------------------------
 
+
 def read_summary(out_dir: Path) -> pd.DataFrame:
     p = out_dir / "summary.csv"
     if not p.is_file():
@@ -195,20 +227,25 @@ def render_table(out_dir: str | Path, full_verdicts: bool = False, heading: str 
     draws = _draws(out_dir)
     seeds = sorted(set(int(x) for x in s["n_seeds"].dropna()))
     r = max(draws.values()) if draws else None
-    parts = [f"Generated by `python -m wadiloco.experiments.paper_table {out_dir}` from `summary.csv` "
-             f"({'/'.join(map(str, seeds)) or '?'} seeds per policy"
-             + (f", R = {r} matched-random draws per reference and seed" if r and r > 1 else "") + "). "
-             "Sync-excess = SLO-violation rate minus no_sync's on the same seed, in percentage points, mean "
-             "[95% bootstrap CI] over seeds. p95 ratio (matched) = p95 latency of the requests overlapping a merge "
-             "over the same requests' p95 without merges. p = paired Wilcoxon signed-rank test against the "
-             "matched-random control spending the same merge budget (raw, and Holm-corrected within the regime). "
-             "MR = matched-random. Paper = Twelftree et al. 2026 as restated in SPEC.md section 1 "
-             "(percentages are sync-excess)."]
+    parts = [
+        f"Generated by `python -m wadiloco.experiments.paper_table {out_dir}` from `summary.csv` "
+        f"({'/'.join(map(str, seeds)) or '?'} seeds per policy"
+        + (f", R = {r} matched-random draws per reference and seed" if r and r > 1 else "")
+        + "). "
+        "Sync-excess = SLO-violation rate minus no_sync's on the same seed, in percentage points, mean "
+        "[95% bootstrap CI] over seeds. p95 ratio (matched) = p95 latency of the requests overlapping a merge "
+        "over the same requests' p95 without merges. p = paired Wilcoxon signed-rank test against the "
+        "matched-random control spending the same merge budget (raw, and Holm-corrected within the regime). "
+        "MR = matched-random. Paper = Twelftree et al. 2026 as restated in SPEC.md section 1 "
+        "(percentages are sync-excess)."
+    ]
     n_min = min(seeds) if seeds else 0
-    if 2 <= n_min and 2.0 / 2 ** n_min >= 0.05:
-        parts[0] += (f" Note: with {n_min} seeds the smallest possible two-sided Wilcoxon p-value is "
-                     f"2/2^{n_min} = {2.0 / 2 ** n_min:.4g}, so no comparison can reach p < 0.05 at this size; "
-                     "a verdict here can only say what failed.")
+    if 2 <= n_min and 2.0 / 2**n_min >= 0.05:
+        parts[0] += (
+            f" Note: with {n_min} seeds the smallest possible two-sided Wilcoxon p-value is "
+            f"2/2^{n_min} = {2.0 / 2**n_min:.4g}, so no comparison can reach p < 0.05 at this size; "
+            "a verdict here can only say what failed."
+        )
     for regime, g in s.groupby("regime", sort=False):
         first = g.iloc[0]
         transfers = str(first["effect_transfers"]).strip().lower() in ("true", "1")
@@ -217,29 +254,57 @@ def render_table(out_dir: str | Path, full_verdicts: bool = False, heading: str 
         lines = []
         if pf:
             lines.append(f"Paper: {pf.finding}." + (f" ({pf.note}.)" if pf.note else ""))
-        lines.append(f"Simulator: regime p95 ratio (matched, all runs with merges) "
-                     f"{fmt_ci(first['regime_p95_ratio'], first['regime_p95_ratio_ci_low'], first['regime_p95_ratio_ci_high'], digits=3)}"
-                     f"; effect transfers: {'yes' if transfers else 'no'}.")
+        ratio = fmt_ci(
+            first["regime_p95_ratio"], first["regime_p95_ratio_ci_low"], first["regime_p95_ratio_ci_high"], digits=3
+        )
+        lines.append(
+            f"Simulator: regime p95 ratio (matched, all runs with merges) {ratio}"
+            f"; effect transfers: {'yes' if transfers else 'no'}."
+        )
         parts.append("  \n".join(lines))
         rows = []
         for row in g.itertuples(index=False):
             label, name = row.policy, row.policy_name
             shown = label + (f" (R={draws[label]})" if draws.get(label, 1) > 1 else "")
             ctrl = row.matched_control if isinstance(row.matched_control, str) and row.role == "policy" else ""
-            rows.append([
-                shown,
-                f"{row.merges_mean:.1f}" if _finite(row.merges_mean) else "n/a",
-                fmt_ci(row.sync_excess_mean, row.sync_excess_ci_low, row.sync_excess_ci_high, scale=100, digits=3,
-                       sign=True),
-                fmt_ci(row.p95_ratio_matched, row.p95_ratio_matched_ci_low, row.p95_ratio_matched_ci_high, digits=3),
-                ctrl or "",
-                fmt_p(row.p_vs_matched_random) if ctrl else "",
-                fmt_p(row.p_holm) if ctrl else "",
-                str(row.verdict) if full_verdicts else short_verdict(row.verdict),
-                paper_value(regime, label, name),
-            ])
-        parts.append(_md_table(["policy", "merges", "sync-excess, pts [CI]", "p95 ratio (matched) [CI]",
-                                "vs control", "p", "p (Holm)", "verdict", "paper"], rows))
+            rows.append(
+                [
+                    shown,
+                    f"{row.merges_mean:.1f}" if _finite(row.merges_mean) else "n/a",
+                    fmt_ci(
+                        row.sync_excess_mean,
+                        row.sync_excess_ci_low,
+                        row.sync_excess_ci_high,
+                        scale=100,
+                        digits=3,
+                        sign=True,
+                    ),
+                    fmt_ci(
+                        row.p95_ratio_matched, row.p95_ratio_matched_ci_low, row.p95_ratio_matched_ci_high, digits=3
+                    ),
+                    ctrl or "",
+                    fmt_p(row.p_vs_matched_random) if ctrl else "",
+                    fmt_p(row.p_holm) if ctrl else "",
+                    str(row.verdict) if full_verdicts else short_verdict(row.verdict),
+                    paper_value(regime, label, name),
+                ]
+            )
+        parts.append(
+            _md_table(
+                [
+                    "policy",
+                    "merges",
+                    "sync-excess, pts [CI]",
+                    "p95 ratio (matched) [CI]",
+                    "vs control",
+                    "p",
+                    "p (Holm)",
+                    "verdict",
+                    "paper",
+                ],
+                rows,
+            )
+        )
     return "\n\n".join(parts) + "\n"
 
 
@@ -249,7 +314,7 @@ def replace_between_markers(text: str, table: str, where: str = "README") -> str
         raise ValueError(f"{where}: markers {START} and {END} not found; add them where the table goes")
     if j < i or text.count(START) != 1 or text.count(END) != 1:
         raise ValueError(f"{where}: expected exactly one {START} followed by one {END}")
-    return text[:i + len(START)] + "\n" + table.rstrip("\n") + "\n" + text[j:]
+    return text[: i + len(START)] + "\n" + table.rstrip("\n") + "\n" + text[j:]
 
 
 def update_readme(path: str | Path, table: str) -> None:

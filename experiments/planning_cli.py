@@ -1,4 +1,5 @@
 """`wadiloco capacity` and `wadiloco whatif`: capacity questions a planner asks."""
+
 from __future__ import annotations
 
 import json
@@ -8,15 +9,21 @@ from wadiloco.models.errors import InputError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("capacity", help="largest request rate per sidecar at an SLO attainment, with and without training")
+    p = sub.add_parser(
+        "capacity", help="largest request rate per sidecar at an SLO attainment, with and without training"
+    )
     _common(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("whatif", help="vary one scenario field and redo the capacity search for each value")
     _common(p)
-    p.add_argument("--vary", required=True, metavar="PATH=V1,V2,...",
-                   help="dotted YAML path and values, e.g. fleet.interisland_gbps=10,25,100")
+    p.add_argument(
+        "--vary",
+        required=True,
+        metavar="PATH=V1,V2,...",
+        help="dotted YAML path and values, e.g. fleet.interisland_gbps=10,25,100",
+    )
     p.add_argument("--out", required=True, help="folder for whatif.csv, whatif.md and whatif.png")
     p.set_defaults(func=cmd_whatif)
 
@@ -52,12 +59,14 @@ def _setup(args):
 
 
 def _fmt(r: dict) -> str:
-    return (f"{r['scenario']} / {r['policy']}: {r['max_rate_rps_per_sidecar']:.2f} req/s per sidecar "
-            f"[{r['max_rate_ci_low']:.2f}, {r['max_rate_ci_high']:.2f}] at {r['attainment_target']:.0%} SLO attainment; "
-            f"without merges {r['no_sync_max_rate_rps_per_sidecar']:.2f} "
-            f"[{r['no_sync_max_rate_ci_low']:.2f}, {r['no_sync_max_rate_ci_high']:.2f}]; "
-            f"training costs {r['capacity_cost_fraction']:.1%} "
-            f"[{r['capacity_cost_ci_low']:.1%}, {r['capacity_cost_ci_high']:.1%}] of serving capacity ({r['seeds']} seeds)")
+    return (
+        f"{r['scenario']} / {r['policy']}: {r['max_rate_rps_per_sidecar']:.2f} req/s per sidecar "
+        f"[{r['max_rate_ci_low']:.2f}, {r['max_rate_ci_high']:.2f}] at {r['attainment_target']:.0%} SLO attainment; "
+        f"without merges {r['no_sync_max_rate_rps_per_sidecar']:.2f} "
+        f"[{r['no_sync_max_rate_ci_low']:.2f}, {r['no_sync_max_rate_ci_high']:.2f}]; "
+        f"training costs {r['capacity_cost_fraction']:.1%} "
+        f"[{r['capacity_cost_ci_low']:.1%}, {r['capacity_cost_ci_high']:.1%}] of serving capacity ({r['seeds']} seeds)"
+    )
 
 
 def cmd_capacity(args) -> int:
@@ -100,9 +109,17 @@ def cmd_whatif(args) -> int:
         print(f"{path}={v}: " + _fmt(r), file=sys.stderr)
     df = pd.DataFrame(rows)
     write_atomic(out / "whatif.csv", df.to_csv(index=False))
-    cols = [path, "max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high",
-            "no_sync_max_rate_rps_per_sidecar", "capacity_cost_fraction"]
-    write_atomic(out / "whatif.md", df[cols].to_markdown(index=False) if _has_tabulate() else df[cols].to_string(index=False))
+    cols = [
+        path,
+        "max_rate_rps_per_sidecar",
+        "max_rate_ci_low",
+        "max_rate_ci_high",
+        "no_sync_max_rate_rps_per_sidecar",
+        "capacity_cost_fraction",
+    ]
+    write_atomic(
+        out / "whatif.md", df[cols].to_markdown(index=False) if _has_tabulate() else df[cols].to_string(index=False)
+    )
     write_atomic(out / "whatif.png", _figure(df, path, policy))
     print(json.dumps({"out": str(out), "rows": len(rows)}))
     return 0
@@ -111,6 +128,7 @@ def cmd_whatif(args) -> int:
 def _has_tabulate() -> bool:
     try:
         import tabulate  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -120,6 +138,7 @@ def _figure(df, path: str, policy: str) -> bytes:
     import io
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import seaborn as sns
@@ -127,9 +146,15 @@ def _figure(df, path: str, policy: str) -> bytes:
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(6, 4))
     x = list(range(len(df)))
-    for col, lo, hi, label in (("max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high", policy),
-                               ("no_sync_max_rate_rps_per_sidecar", "no_sync_max_rate_ci_low",
-                                "no_sync_max_rate_ci_high", "no_sync (no training)")):
+    for col, lo, hi, label in (
+        ("max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high", policy),
+        (
+            "no_sync_max_rate_rps_per_sidecar",
+            "no_sync_max_rate_ci_low",
+            "no_sync_max_rate_ci_high",
+            "no_sync (no training)",
+        ),
+    ):
         y = df[col].to_numpy()
         ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), df[hi].to_numpy() - y], marker="o", capsize=4, label=label)
     ax.set_xticks(x, [str(v) for v in df[path]])

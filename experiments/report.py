@@ -2,6 +2,7 @@
 report.md / report.html. Everything is recomputed from `runs.sqlite`, so `wadiloco report DIR`
 gives the same files as the end of `wadiloco sweep` (figures aside, which are not byte-compared).
 Every file is written atomically (temp file + os.replace)."""
+
 from __future__ import annotations
 
 import html
@@ -16,6 +17,7 @@ import pandas as pd
 from wadiloco.experiments.output import write_atomic
 from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.models.errors import InputError
+
 
 def FLOAT_FORMAT(x: float) -> str:
     """9 significant digits, always with a decimal point or exponent, so a float column of whole
@@ -63,6 +65,7 @@ def _p(x) -> str:
 
 # ---- a tiny document model rendered to both Markdown and HTML ---------------------------------
 
+
 def _md_table(df: pd.DataFrame) -> str:
     def cell(v):
         return str(v).replace("|", "\\|").replace("\n", " ")
@@ -93,11 +96,13 @@ def render_md(blocks) -> str:
 
 def render_html(title: str, blocks) -> str:
     e = html.escape
-    out = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{e(title)}</title>",
-           "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-           "table{border-collapse:collapse;font-size:0.85em;margin:1em 0}td,th{border:1px solid #ccc;"
-           "padding:3px 6px;text-align:left}th{background:#f0f0f0}img{max-width:100%}"
-           "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto}</style></head><body>"]
+    out = [
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{e(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;font-size:0.85em;margin:1em 0}td,th{border:1px solid #ccc;"
+        "padding:3px 6px;text-align:left}th{background:#f0f0f0}img{max-width:100%}"
+        "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto}</style></head><body>",
+    ]
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
@@ -118,8 +123,16 @@ def render_html(title: str, blocks) -> str:
 
 # ---- rendering --------------------------------------------------------------------------------
 
-OUTPUTS = ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv", "report.md", "report.html",
-           "export.csv", "export.parquet")
+OUTPUTS = (
+    "runs.csv",
+    "summary.csv",
+    "comparisons.csv",
+    "load_check.csv",
+    "report.md",
+    "report.html",
+    "export.csv",
+    "export.parquet",
+)
 _TEMP = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}$")  # write_atomic's temp files: .<name>.<8 random chars>
 
 
@@ -204,8 +217,9 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
     summary, comps, loads, transfer = res["summary"], res["comparisons"], res["loads"], res["transfer"]
     from wadiloco.experiments.protocol import active
 
-    n_total = sum(a["draws"] * len(plan["seeds"]) for r in plan["regimes"] for a in plan["arms"]
-                  if active(a, r["name"]))
+    n_total = sum(
+        a["draws"] * len(plan["seeds"]) for r in plan["regimes"] for a in plan["arms"] if active(a, r["name"])
+    )
     n_ok = int((runs["status"] == "ok").sum())
     n_err = int((runs["status"] == "error").sum())
     b = plan.get("bootstrap", {})
@@ -213,25 +227,60 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
     blocks: list = [("h1", f"Sweep report: {plan.get('name', 'sweep')}")]
     if plan.get("description"):
         blocks.append(("p", plan["description"]))
-    blocks.append(("ul", [
-        f"sweep file: {plan.get('file', '?')}",
-        f"runs: {n_ok} completed, {n_err} failed, {n_total - n_ok - n_err} not run, of {n_total}",
-        f"seeds: {len(plan['seeds'])} ({plan['seeds'][0]}..{plan['seeds'][-1]}); timeline seed {plan['timeline_seed']}",
-        f"bootstrap: {b.get('method')} with {b.get('n_resamples')} resamples, {b.get('confidence'):.0%} "
-        f"confidence, resampling seed {b.get('seed')}",
-        f"claim gate: Holm alpha {g.get('alpha')}, effect transfers when the regime's p95 ratio CI lies "
-        f"above 1 and the ratio >= {g.get('min_p95_ratio')}; envelope percentiles {g.get('envelope')}",
-    ]))
+    blocks.append(
+        (
+            "ul",
+            [
+                f"sweep file: {plan.get('file', '?')}",
+                f"runs: {n_ok} completed, {n_err} failed, {n_total - n_ok - n_err} not run, of {n_total}",
+                f"seeds: {len(plan['seeds'])} ({plan['seeds'][0]}..{plan['seeds'][-1]}); "
+                f"timeline seed {plan['timeline_seed']}",
+                f"bootstrap: {b.get('method')} with {b.get('n_resamples')} resamples, {b.get('confidence'):.0%} "
+                f"confidence, resampling seed {b.get('seed')}",
+                f"claim gate: Holm alpha {g.get('alpha')}, effect transfers when the regime's p95 ratio CI lies "
+                f"above 1 and the ratio >= {g.get('min_p95_ratio')}; envelope percentiles {g.get('envelope')}",
+            ],
+        )
+    )
     blocks.append(("h2", "Regimes and policies"))
-    blocks.append(("table", pd.DataFrame([{"regime": r["name"], "scenario": r["path"], "workload": r["workload"],
-                                           "horizon_s": r["horizon_s"], "scenario_hash": r["scenario_hash"]}
-                                          for r in plan["regimes"]])))
-    blocks.append(("table", pd.DataFrame([{"policy": a["label"], "name": a["name"], "role": a["role"],
-                                           "draws": a["draws"], "follows": a["reference"] or "",
-                                           "regimes": ", ".join(a.get("regimes") or []) or "all",
-                                           "params": ", ".join(f"{k}={v}" for k, v in a["params"].items()
-                                                               if k not in ("reference", "reference_params"))}
-                                          for a in plan["arms"]])))
+    blocks.append(
+        (
+            "table",
+            pd.DataFrame(
+                [
+                    {
+                        "regime": r["name"],
+                        "scenario": r["path"],
+                        "workload": r["workload"],
+                        "horizon_s": r["horizon_s"],
+                        "scenario_hash": r["scenario_hash"],
+                    }
+                    for r in plan["regimes"]
+                ]
+            ),
+        )
+    )
+    blocks.append(
+        (
+            "table",
+            pd.DataFrame(
+                [
+                    {
+                        "policy": a["label"],
+                        "name": a["name"],
+                        "role": a["role"],
+                        "draws": a["draws"],
+                        "follows": a["reference"] or "",
+                        "regimes": ", ".join(a.get("regimes") or []) or "all",
+                        "params": ", ".join(
+                            f"{k}={v}" for k, v in a["params"].items() if k not in ("reference", "reference_params")
+                        ),
+                    }
+                    for a in plan["arms"]
+                ]
+            ),
+        )
+    )
     blocks.append(("h2", "Load match (common random numbers)"))
     lines = []
     for reg in plan["regimes"]:
@@ -239,8 +288,10 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
         if lr.empty:
             lines.append(f"{reg['name']}: no completed runs")
         elif lr["matched"].all():
-            lines.append(f"{reg['name']}: every policy saw identical arrivals on all {len(lr)} seeds "
-                         f"(arrivals hash, {int(lr['runs'].sum())} runs)")
+            lines.append(
+                f"{reg['name']}: every policy saw identical arrivals on all {len(lr)} seeds "
+                f"(arrivals hash, {int(lr['runs'].sum())} runs)"
+            )
         else:
             bad = lr.loc[~lr["matched"], "seed"].tolist()
             lines.append(f"{reg['name']}: MISMATCH on seeds {bad}: policies saw different loads")
@@ -252,26 +303,45 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
         blocks.append(("h2", f"Regime {name}"))
         if t:
             ci = t["ratio"]
-            what = ("overlapping a merge / the same requests under no_sync (common random numbers)"
-                    if g.get("transfer", "matched") == "matched" else "overlapping a merge / not overlapping")
-            blocks.append(("p", f"Effect-size transfer: p95 end-to-end latency of requests {what}, over all "
-                                f"runs with merges: {_ci(ci.mean, ci.low, ci.high)} -> "
-                                f"{'transfers' if t['transfers'] else 'does not transfer'}."))
-        tab = pd.DataFrame({
-            "policy": s["policy"], "n": s["n_seeds"],
-            "violation % [CI]": [_ci_pct(*v) for v in zip(s["violation_rate_mean"], s["violation_rate_ci_low"],
-                                                          s["violation_rate_ci_high"])],
-            "sync-excess pts [CI]": [_ci_pct(*v) for v in zip(s["sync_excess_mean"], s["sync_excess_ci_low"],
-                                                              s["sync_excess_ci_high"])],
-            "p95 ratio [CI]": [_ci(*v) for v in zip(s["p95_ratio"], s["p95_ratio_ci_low"], s["p95_ratio_ci_high"])],
-            "p95 ratio vs no_sync [CI]": [_ci(*v) for v in zip(s["p95_ratio_matched"], s["p95_ratio_matched_ci_low"],
-                                                                s["p95_ratio_matched_ci_high"])],
-            "merges": [f"{m:.1f}" if math.isfinite(m) else "n/a" for m in s["merges_mean"]],
-            "MR envelope pts": [f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) else "" for lo, hi in
-                                zip(s["mr_envelope_low"], s["mr_envelope_high"])],
-            "p vs MR": [_p(x) for x in s["p_vs_matched_random"]], "p Holm": [_p(x) for x in s["p_holm"]],
-            "verdict": s["verdict"],
-        })
+            what = (
+                "overlapping a merge / the same requests under no_sync (common random numbers)"
+                if g.get("transfer", "matched") == "matched"
+                else "overlapping a merge / not overlapping"
+            )
+            blocks.append(
+                (
+                    "p",
+                    f"Effect-size transfer: p95 end-to-end latency of requests {what}, over all "
+                    f"runs with merges: {_ci(ci.mean, ci.low, ci.high)} -> "
+                    f"{'transfers' if t['transfers'] else 'does not transfer'}.",
+                )
+            )
+        tab = pd.DataFrame(
+            {
+                "policy": s["policy"],
+                "n": s["n_seeds"],
+                "violation % [CI]": [
+                    _ci_pct(*v)
+                    for v in zip(s["violation_rate_mean"], s["violation_rate_ci_low"], s["violation_rate_ci_high"])
+                ],
+                "sync-excess pts [CI]": [
+                    _ci_pct(*v) for v in zip(s["sync_excess_mean"], s["sync_excess_ci_low"], s["sync_excess_ci_high"])
+                ],
+                "p95 ratio [CI]": [_ci(*v) for v in zip(s["p95_ratio"], s["p95_ratio_ci_low"], s["p95_ratio_ci_high"])],
+                "p95 ratio vs no_sync [CI]": [
+                    _ci(*v)
+                    for v in zip(s["p95_ratio_matched"], s["p95_ratio_matched_ci_low"], s["p95_ratio_matched_ci_high"])
+                ],
+                "merges": [f"{m:.1f}" if math.isfinite(m) else "n/a" for m in s["merges_mean"]],
+                "MR envelope pts": [
+                    f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) else ""
+                    for lo, hi in zip(s["mr_envelope_low"], s["mr_envelope_high"])
+                ],
+                "p vs MR": [_p(x) for x in s["p_vs_matched_random"]],
+                "p Holm": [_p(x) for x in s["p_holm"]],
+                "verdict": s["verdict"],
+            }
+        )
         blocks.append(("table", tab))
     if not comps.empty:
         blocks.append(("h2", "Policy vs matched-random comparisons"))
@@ -291,19 +361,25 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
             blocks.append(("h3", alt))
             blocks.append(("img", path, alt))
     blocks.append(("h2", "Method"))
-    blocks.append(("ul", [
-        "sync-excess = a run's SLO violation rate minus no_sync's on the same regime and seed (paired by seed; "
-        "percentage points in the tables); matched controls: mean over draws per seed first",
-        "every mean: bootstrap CI over seeds (scipy.stats.bootstrap); constant data gives a point interval, "
-        "fewer than 2 seeds none",
-        "p95 ratio: mean over seeds of the p95 latency of requests overlapping a merge, over the mean of the "
-        "p95 of those that do not (paired bootstrap); biased upwards, since long requests overlap merges more often",
-        "p95 ratio vs no_sync: the p95 of the requests overlapping a merge over the p95 of the same requests in "
-        "the no_sync run on the same seed (common random numbers); the gate uses the regime-level ratio over all "
-        f"merging runs, by default this one (gate.transfer = {g.get('transfer', 'matched')})",
-        "policy vs matched-random: per seed, the policy's sync-excess minus the mean over the control's draws; "
-        "two-sided Wilcoxon signed-rank (all-zero differences: p = 1), Holm over the regime's comparisons",
-        "demonstrated = loads match, the effect transfers, and the policy beats its matched control (lower "
-        "mean, Holm p < alpha)",
-    ]))
+    blocks.append(
+        (
+            "ul",
+            [
+                "sync-excess = a run's SLO violation rate minus no_sync's on the same regime and seed (paired by seed; "
+                "percentage points in the tables); matched controls: mean over draws per seed first",
+                "every mean: bootstrap CI over seeds (scipy.stats.bootstrap); constant data gives a point interval, "
+                "fewer than 2 seeds none",
+                "p95 ratio: mean over seeds of the p95 latency of requests overlapping a merge, over the mean of "
+                "the p95 of those that do not (paired bootstrap); biased upwards, since long requests overlap "
+                "merges more often",
+                "p95 ratio vs no_sync: the p95 of the requests overlapping a merge over the p95 of the same requests "
+                "in the no_sync run on the same seed (common random numbers); the gate uses the regime-level ratio "
+                f"over all merging runs, by default this one (gate.transfer = {g.get('transfer', 'matched')})",
+                "policy vs matched-random: per seed, the policy's sync-excess minus the mean over the control's draws; "
+                "two-sided Wilcoxon signed-rank (all-zero differences: p = 1), Holm over the regime's comparisons",
+                "demonstrated = loads match, the effect transfers, and the policy beats its matched control (lower "
+                "mean, Holm p < alpha)",
+            ],
+        )
+    )
     return blocks

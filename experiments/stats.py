@@ -4,6 +4,7 @@ Every function is deterministic given its inputs (the bootstrap takes an explici
 never raises on degenerate data: n < 2 gives a NaN interval, constant data gives the point
 interval (mean, mean), each with a `note` saying so.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,9 @@ def _finite(x) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
-def bootstrap_mean_ci(x, *, confidence: float = 0.95, n_resamples: int = 9999, method: str = "BCa",
-                      rng: np.random.Generator | None = None) -> CI:
+def bootstrap_mean_ci(
+    x, *, confidence: float = 0.95, n_resamples: int = 9999, method: str = "BCa", rng: np.random.Generator | None = None
+) -> CI:
     """Mean of `x` with a bootstrap CI (scipy.stats.bootstrap). Non-finite values are dropped.
 
     For paired data pass the per-pair differences (a paired bootstrap resamples pairs)."""
@@ -57,16 +59,32 @@ def bootstrap_mean_ci(x, *, confidence: float = 0.95, n_resamples: int = 9999, m
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            res = stats.bootstrap((a,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                                  method=method, rng=rng, vectorized=True, axis=-1)
+            res = stats.bootstrap(
+                (a,),
+                np.mean,
+                confidence_level=confidence,
+                n_resamples=n_resamples,
+                method=method,
+                rng=rng,
+                vectorized=True,
+                axis=-1,
+            )
         except (ValueError, FloatingPointError):
             res = None
         lo, hi = (float(res.confidence_interval.low), float(res.confidence_interval.high)) if res else (np.nan,) * 2
         if not (math.isfinite(lo) and math.isfinite(hi)) and method != "percentile":
             # BCa degenerates when (almost) every resample has the same mean, e.g. one non-zero
             # value among zeros; the percentile interval is still defined.
-            res = stats.bootstrap((a,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                                  method="percentile", rng=rng, vectorized=True, axis=-1)
+            res = stats.bootstrap(
+                (a,),
+                np.mean,
+                confidence_level=confidence,
+                n_resamples=n_resamples,
+                method="percentile",
+                rng=rng,
+                vectorized=True,
+                axis=-1,
+            )
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
             note = f"{method} degenerate: percentile interval"
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -91,9 +109,16 @@ def bootstrap_ratio_of_means_ci(num, den, **kw) -> CI:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            res = stats.bootstrap((a, b), lambda x, y, axis=-1: np.mean(x, axis=axis) / np.mean(y, axis=axis),
-                                  paired=True, vectorized=True, confidence_level=kw.get("confidence", 0.95),
-                                  n_resamples=kw.get("n_resamples", 9999), method=kw.get("method", "BCa"), rng=rng)
+            res = stats.bootstrap(
+                (a, b),
+                lambda x, y, axis=-1: np.mean(x, axis=axis) / np.mean(y, axis=axis),
+                paired=True,
+                vectorized=True,
+                confidence_level=kw.get("confidence", 0.95),
+                n_resamples=kw.get("n_resamples", 9999),
+                method=kw.get("method", "BCa"),
+                rng=rng,
+            )
             lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
         except (ValueError, FloatingPointError, ZeroDivisionError):
             lo = hi = float("nan")

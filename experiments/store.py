@@ -12,12 +12,14 @@
 - `meta` holds the sweep's identity (its run set) and its JSON description, so `wadiloco report`
   and `wadiloco export` need nothing but the folder.
 """
+
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from wadiloco.models.errors import InputError
@@ -72,9 +74,12 @@ class Store:
         try:
             if readonly:
                 if not self.path.exists():
-                    raise InputError(self.path.parent, "",
-                                     f"no results store ({STORE_NAME}) here; run `wadiloco sweep SWEEP.yaml "
-                                     f"--out {self.path.parent}` first")
+                    raise InputError(
+                        self.path.parent,
+                        "",
+                        f"no results store ({STORE_NAME}) here; run `wadiloco sweep SWEEP.yaml "
+                        f"--out {self.path.parent}` first",
+                    )
                 self.conn = self._connect_readonly()
             else:
                 self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
@@ -111,8 +116,9 @@ class Store:
         self.conn.close()
 
     def _fail(self, e: sqlite3.Error, what: str):
-        raise InputError(self.path, "", f"cannot {what} the results store: {e}; completed runs already "
-                                        f"stored are intact") from None
+        raise InputError(
+            self.path, "", f"cannot {what} the results store: {e}; completed runs already stored are intact"
+        ) from None
 
     # ---- meta ------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -128,16 +134,22 @@ class Store:
     def plan(self) -> dict[str, Any]:
         raw = self.meta("plan")
         if raw is None:
-            raise InputError(self.path, "meta.plan", "the store has no sweep description (was the sweep "
-                                                     "killed before it started?); run the sweep again")
+            raise InputError(
+                self.path,
+                "meta.plan",
+                "the store has no sweep description (was the sweep killed before it started?); run the sweep again",
+            )
         return json.loads(raw)
 
     def set_plan(self, identity: str, plan: dict[str, Any]) -> None:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             for k, v in (("schema_version", SCHEMA_VERSION), ("plan", _compact(plan)), ("identity", identity)):
-                self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
-                                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (k, v))
+                self.conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (k, v),
+                )
             self.conn.execute("COMMIT")
         except sqlite3.Error as e:
             if self.conn.in_transaction:
@@ -145,15 +157,24 @@ class Store:
             self._fail(e, "write to")
 
     # ---- runs ------------------------------------------------------------------------------
-    def record(self, key: tuple, regime: str, policy: str, params: dict, result: dict[str, Any],
-               reference: dict | None = None) -> None:
+    def record(
+        self, key: tuple, regime: str, policy: str, params: dict, result: dict[str, Any], reference: dict | None = None
+    ) -> None:
         """Commit one finished run (its own transaction)."""
         ok = result.get("status") == "ok"
-        row = (*key, regime, policy, _compact(params), "ok" if ok else "error",
-               None if ok else str(result.get("error", "unknown error"))[:20000],
-               _compact(result.get("summary")) if ok else None,
-               _compact(result.get("timeline")) if ok else None,
-               _compact(reference), result.get("detail") if ok else None, result.get("wall_s"))
+        row = (
+            *key,
+            regime,
+            policy,
+            _compact(params),
+            "ok" if ok else "error",
+            None if ok else str(result.get("error", "unknown error"))[:20000],
+            _compact(result.get("summary")) if ok else None,
+            _compact(result.get("timeline")) if ok else None,
+            _compact(reference),
+            result.get("detail") if ok else None,
+            result.get("wall_s"),
+        )
         try:
             self.conn.execute(UPSERT, row)
         except sqlite3.Error as e:
@@ -169,24 +190,42 @@ class Store:
     def summary(self, key: tuple) -> dict[str, Any] | None:
         row = self.conn.execute(
             "SELECT summary_json FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
-            "AND seed=? AND draw=? AND status='ok'", key).fetchone()
+            "AND seed=? AND draw=? AND status='ok'",
+            key,
+        ).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
     def detail(self, key: tuple) -> bytes | None:
         """The packed per-request end-to-end latencies kept for baseline runs."""
         row = self.conn.execute(
             "SELECT detail FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
-            "AND seed=? AND draw=? AND status='ok'", key).fetchone()
+            "AND seed=? AND draw=? AND status='ok'",
+            key,
+        ).fetchone()
         return bytes(row[0]) if row and row[0] is not None else None
 
     def rows(self, with_timeline: bool = False) -> Iterator[dict[str, Any]]:
-        cols = ["scenario_hash", "policy_label", "params_hash", "seed", "draw", "regime", "policy", "params_json",
-                "status", "error", "summary_json", "reference_json", "attempts"]
+        cols = [
+            "scenario_hash",
+            "policy_label",
+            "params_hash",
+            "seed",
+            "draw",
+            "regime",
+            "policy",
+            "params_json",
+            "status",
+            "error",
+            "summary_json",
+            "reference_json",
+            "attempts",
+        ]
         if with_timeline:
             cols.append("timeline_json")
         try:
-            cur = self.conn.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY scenario_hash, policy_label, "
-                                    f"params_hash, seed, draw")
+            cur = self.conn.execute(
+                f"SELECT {', '.join(cols)} FROM runs ORDER BY scenario_hash, policy_label, params_hash, seed, draw"
+            )
             for r in cur:
                 d = dict(zip(cols, r))
                 d["params"] = json.loads(d.pop("params_json"))

@@ -32,6 +32,7 @@ The scenario's own ``policy`` block is ignored (replaced by no_sync before overr
 Overrides apply in this order: the scenario file, the sweep's ``horizon_s``/``overrides``, then the
 regime's own ``overrides`` (the most specific wins).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,11 +48,14 @@ from wadiloco.models.config import Scenario, Strict, _check_finite, load_scenari
 from wadiloco.models.errors import InputError
 
 BASELINE = "no_sync"
-CONTROLS = ("matched_random",)  # policies that are comparators by default (a `control = True` class attribute also counts)
+CONTROLS = (
+    "matched_random",
+)  # policies that are comparators by default (a `control = True` class attribute also counts)
 PLUGINS_ENV = "WADILOCO_PLUGINS"
 
 
 # ---- schema ----------------------------------------------------------------------------------
+
 
 class RegimeSpec(Strict):
     path: str = Field(min_length=1, description="scenario YAML, relative to the sweep file")
@@ -66,7 +70,8 @@ class PolicySpec(Strict):
     references: list[str] | None = Field(None, min_length=1, description="labels a matched control follows")
     draws: int = Field(1, ge=1, le=100_000, description="runs per seed (matched controls: R)")
     role: Literal["policy", "control"] | None = Field(
-        None, description="control: a randomised comparator (default for matched_random); policy: evaluated")
+        None, description="control: a randomised comparator (default for matched_random); policy: evaluated"
+    )
     regimes: list[str] | None = Field(None, min_length=1, description="run only in these regimes (names)")
 
 
@@ -90,8 +95,10 @@ class GateSpec(Strict):
     alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level after Holm correction")
     min_p95_ratio: float = Field(1.05, ge=1, le=100, description="smallest p95 ratio that counts as transfer")
     transfer: Literal["matched", "overlap"] = Field(
-        "matched", description="matched: overlapping requests vs the same requests under no_sync (CRN); "
-                               "overlap: overlapping vs non-overlapping requests of the same run")
+        "matched",
+        description="matched: overlapping requests vs the same requests under no_sync (CRN); "
+        "overlap: overlapping vs non-overlapping requests of the same run",
+    )
     envelope: tuple[float, float] = (2.5, 97.5)
 
     @field_validator("envelope")
@@ -152,6 +159,7 @@ class SweepSpec(Strict):
 
 
 # ---- plan ------------------------------------------------------------------------------------
+
 
 def stable_hash(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()[:n]
@@ -234,30 +242,63 @@ class Plan:
                 ref = self.arm(a.reference) if a.reference else None
                 for s in self.spec.seeds:
                     for d in range(a.draws):
-                        out.append(Task(r.name, a.label, s, d, self.key(r, a, s, d),
-                                        self.key(r, ref, s, 0) if ref else None,
-                                        None if a is base else self.key(r, base, s, 0)))
+                        out.append(
+                            Task(
+                                r.name,
+                                a.label,
+                                s,
+                                d,
+                                self.key(r, a, s, d),
+                                self.key(r, ref, s, 0) if ref else None,
+                                None if a is base else self.key(r, base, s, 0),
+                            )
+                        )
         return out
 
     def identity(self) -> str:
         """What makes two sweeps the same run set (analysis settings may change on resume)."""
-        return stable_hash({
-            "regimes": [(r.name, r.digest) for r in self.regimes],
-            "arms": [(a.label, a.name, a.params_hash, a.draws, a.reference, a.regimes) for a in self.arms],
-            "seeds": self.seeds, "timeline_seed": self.timeline_seed}, 32)
+        return stable_hash(
+            {
+                "regimes": [(r.name, r.digest) for r in self.regimes],
+                "arms": [(a.label, a.name, a.params_hash, a.draws, a.reference, a.regimes) for a in self.arms],
+                "seeds": self.seeds,
+                "timeline_seed": self.timeline_seed,
+            },
+            32,
+        )
 
     def describe(self) -> dict[str, Any]:
         """JSON description kept in the store, enough to re-render the report without the YAML."""
         return {
-            "name": self.spec.name, "description": self.spec.description, "file": self.file,
+            "name": self.spec.name,
+            "description": self.spec.description,
+            "file": self.file,
             "identity": self.identity(),
-            "regimes": [{"name": r.name, "path": r.path, "scenario_hash": r.digest,
-                         "horizon_s": r.scenario.horizon_s, "workload": r.scenario.workload.get("kind")}
-                        for r in self.regimes],
-            "arms": [{"label": a.label, "name": a.name, "params": a.params, "params_hash": a.params_hash,
-                      "draws": a.draws, "role": a.role, "reference": a.reference,
-                      "regimes": list(a.regimes) if a.regimes is not None else None} for a in self.arms],
-            "seeds": self.seeds, "timeline_seed": self.timeline_seed,
+            "regimes": [
+                {
+                    "name": r.name,
+                    "path": r.path,
+                    "scenario_hash": r.digest,
+                    "horizon_s": r.scenario.horizon_s,
+                    "workload": r.scenario.workload.get("kind"),
+                }
+                for r in self.regimes
+            ],
+            "arms": [
+                {
+                    "label": a.label,
+                    "name": a.name,
+                    "params": a.params,
+                    "params_hash": a.params_hash,
+                    "draws": a.draws,
+                    "role": a.role,
+                    "reference": a.reference,
+                    "regimes": list(a.regimes) if a.regimes is not None else None,
+                }
+                for a in self.arms
+            ],
+            "seeds": self.seeds,
+            "timeline_seed": self.timeline_seed,
             "bootstrap": self.spec.bootstrap.model_dump(mode="json"),
             "gate": self.spec.gate.model_dump(mode="json"),
         }
@@ -275,8 +316,9 @@ def plugin_modules() -> tuple[str, ...]:
 def _auto_label(spec: PolicySpec) -> str:
     if not spec.params:
         return spec.name
-    inner = ",".join(f"{k}={json.dumps(v, sort_keys=True) if not isinstance(v, str) else v}"
-                     for k, v in sorted(spec.params.items()))
+    inner = ",".join(
+        f"{k}={json.dumps(v, sort_keys=True) if not isinstance(v, str) else v}" for k, v in sorted(spec.params.items())
+    )
     return f"{spec.name}[{inner}]"
 
 
@@ -340,13 +382,14 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
             # names the most specific override block
             where = origin.get(e.where) or next(
                 (w for k, w in origin.items() if e.where and (k.startswith(e.where + ".") or e.where.startswith(k))),
-                f"regimes.{i}.overrides" if r.overrides else "overrides")
-            raise InputError(file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}"
-                                          f"{e.message}") from None
+                f"regimes.{i}.overrides" if r.overrides else "overrides",
+            )
+            raise InputError(
+                file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}{e.message}"
+            ) from None
         name = r.name or sc.name
         if any(x.name == name for x in regimes):
-            raise InputError(file, f"regimes.{i}.name",
-                             f"two regimes are named {name!r}; give each a distinct `name`")
+            raise InputError(file, f"regimes.{i}.name", f"two regimes are named {name!r}; give each a distinct `name`")
         regimes.append(Regime(name, str(p), sc, sc.digest()))
 
     # Policies: validate names and params against the registry, expand matched controls.
@@ -358,25 +401,39 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
     for i, ps in enumerate(spec.policies):
         for j, rn in enumerate(ps.regimes or []):
             if rn not in names:
-                raise InputError(file, f"policies.{i}.regimes.{j}",
-                                 f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})")
+                raise InputError(
+                    file,
+                    f"policies.{i}.regimes.{j}",
+                    f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})",
+                )
         if ps.name not in POLICIES:
-            raise InputError(file, f"policies.{i}.name",
-                             f"unknown policy {ps.name!r}; known: {', '.join(sorted(POLICIES))}")
+            raise InputError(
+                file, f"policies.{i}.name", f"unknown policy {ps.name!r}; known: {', '.join(sorted(POLICIES))}"
+            )
         takes_ref = "reference" in POLICIES[ps.name].Params.model_fields
         if takes_ref and "reference" in ps.params:
-            raise InputError(file, f"policies.{i}.params.reference",
-                             "name the followed policies by label in `references: [...]`, not in params")
+            raise InputError(
+                file,
+                f"policies.{i}.params.reference",
+                "name the followed policies by label in `references: [...]`, not in params",
+            )
         if takes_ref and not ps.references:
-            raise InputError(file, f"policies.{i}.references",
-                             f"{ps.name} is a matched control and needs `references: [policy labels]` "
-                             f"naming the policies whose merge counts it inherits")
+            raise InputError(
+                file,
+                f"policies.{i}.references",
+                f"{ps.name} is a matched control and needs `references: [policy labels]` "
+                f"naming the policies whose merge counts it inherits",
+            )
         if not takes_ref and ps.references:
-            raise InputError(file, f"policies.{i}.references",
-                             f"policy {ps.name!r} does not follow a reference; remove `references`")
+            raise InputError(
+                file, f"policies.{i}.references", f"policy {ps.name!r} does not follow a reference; remove `references`"
+            )
         if ps.role == "control" and not takes_ref:
-            raise InputError(file, f"policies.{i}.role",
-                             f"a control follows a reference's merge budget; {ps.name!r} takes no reference")
+            raise InputError(
+                file,
+                f"policies.{i}.role",
+                f"a control follows a reference's merge budget; {ps.name!r} takes no reference",
+            )
         if ps.name == BASELINE and ps.draws != 1:
             raise InputError(file, f"policies.{i}.draws", "no_sync is deterministic; it takes no draws")
         label = ps.label or (ps.name if counts[ps.name] == 1 or takes_ref else _auto_label(ps))
@@ -388,34 +445,49 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
     for i, ps, label in entries:
         if not ps.references:
             if label in plain:
-                raise InputError(file, f"policies.{i}.label",
-                                 f"label {label!r} is used twice; labels must be distinct")
+                raise InputError(file, f"policies.{i}.label", f"label {label!r} is used twice; labels must be distinct")
             plain[label] = (i, ps)
     arms: list[Arm] = []  # in the YAML's order; a control's arms follow its references' order
     for i, ps, label in entries:
         if not ps.references:
             role = "baseline" if ps.name == BASELINE else "policy"
-            arms.append(Arm(label, ps.name, dict(ps.params), stable_hash([ps.name, ps.params]), ps.draws, role,
-                            None, _regime_set(ps.regimes, None, names)))
+            arms.append(
+                Arm(
+                    label,
+                    ps.name,
+                    dict(ps.params),
+                    stable_hash([ps.name, ps.params]),
+                    ps.draws,
+                    role,
+                    None,
+                    _regime_set(ps.regimes, None, names),
+                )
+            )
             continue
         if len(set(ps.references)) != len(ps.references):
             raise InputError(file, f"policies.{i}.references", "a reference is listed twice")
         for j, ref in enumerate(ps.references):
             if ref not in plain:
-                raise InputError(file, f"policies.{i}.references.{j}",
-                                 f"no policy labelled {ref!r} in this sweep (labels: {', '.join(plain)})")
+                raise InputError(
+                    file,
+                    f"policies.{i}.references.{j}",
+                    f"no policy labelled {ref!r} in this sweep (labels: {', '.join(plain)})",
+                )
             _, rps = plain[ref]
             if rps.name == BASELINE:
-                raise InputError(file, f"policies.{i}.references.{j}",
-                                 "no_sync never merges; a matched control cannot follow it")
+                raise InputError(
+                    file, f"policies.{i}.references.{j}", "no_sync never merges; a matched control cannot follow it"
+                )
             if rps.draws != 1:
-                raise InputError(file, f"policies.{i}.references.{j}",
-                                 f"{ref!r} has draws > 1; a matched control follows a policy with one run per seed")
+                raise InputError(
+                    file,
+                    f"policies.{i}.references.{j}",
+                    f"{ref!r} has draws > 1; a matched control follows a policy with one run per seed",
+                )
             params = {**ps.params, "reference": rps.name, "reference_params": dict(rps.params)}
             where_ok = _regime_set(ps.regimes, rps.regimes, names)
             if where_ok == ():
-                raise InputError(file, f"policies.{i}.regimes",
-                                 f"runs in no regime where its reference {ref!r} runs")
+                raise InputError(file, f"policies.{i}.regimes", f"runs in no regime where its reference {ref!r} runs")
             _check_in_regimes(_only(regimes, where_ok), ps.name, params, file, f"policies.{i}")
             alabel = ps.label if ps.label and len(ps.references) == 1 else f"{label}[{ref}]"
             if alabel in plain or alabel in {a.label for a in arms}:

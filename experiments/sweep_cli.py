@@ -1,12 +1,12 @@
 """Subcommands for sweeps: sweep, report, export.
 
-    wadiloco sweep SWEEP.yaml --out DIR [--workers N] [--backend local|dask] [--scheduler ADDR] [--resume]
-    wadiloco report DIR
-    wadiloco export DIR --format csv|parquet [--output FILE]
+wadiloco sweep SWEEP.yaml --out DIR [--workers N] [--backend local|dask] [--scheduler ADDR] [--resume]
+wadiloco report DIR
+wadiloco export DIR --format csv|parquet [--output FILE]
 """
+
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,10 +30,15 @@ def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="run regimes x policies x seeds with the calibration protocol")
     p.add_argument("sweep", help="sweep YAML (see experiments/smoke.yaml)")
     p.add_argument("--out", required=True, help="output folder: runs.sqlite, CSVs, report, figures/")
-    p.add_argument("--workers", type=_positive_int, default=None,
-                   help="worker processes (default: the number of cores; with --scheduler: the cluster's)")
-    p.add_argument("--backend", choices=["local", "dask"], default="local",
-                   help="local worker processes (default) or Dask")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes (default: the number of cores; with --scheduler: the cluster's)",
+    )
+    p.add_argument(
+        "--backend", choices=["local", "dask"], default="local", help="local worker processes (default) or Dask"
+    )
     p.add_argument("--scheduler", metavar="ADDR", help="address of an existing Dask scheduler (implies --backend dask)")
     p.add_argument("--resume", action="store_true", help="continue a sweep in --out: skip completed runs, retry failed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,17 +78,28 @@ def cmd_sweep(args) -> int:
     plan = load_sweep(args.sweep)
     t0 = time.perf_counter()
     try:
-        oc = execute_plan(plan, args.out, workers=args.workers, backend=args.backend, scheduler=args.scheduler,
-                          resume=args.resume, progress=not args.no_progress)
+        oc = execute_plan(
+            plan,
+            args.out,
+            workers=args.workers,
+            backend=args.backend,
+            scheduler=args.scheduler,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
     except KeyboardInterrupt:
-        sys.stderr.write(f"stopped: every completed run is saved in {Path(args.out) / 'runs.sqlite'}; "
-                         f"rerun with --resume to continue\n")
+        sys.stderr.write(
+            f"stopped: every completed run is saved in {Path(args.out) / 'runs.sqlite'}; "
+            f"rerun with --resume to continue\n"
+        )
         raise
     wall = time.perf_counter() - t0
     res = render(args.out, figures=not args.no_figures)
     out = Path(args.out)
-    print(f"sweep {plan.spec.name}: {oc.total} runs ({oc.skipped} already done, {oc.ran} run now, "
-          f"{oc.errors} failed) on {oc.backend} with {oc.workers} worker(s) in {wall:.1f} s")
+    print(
+        f"sweep {plan.spec.name}: {oc.total} runs ({oc.skipped} already done, {oc.ran} run now, "
+        f"{oc.errors} failed) on {oc.backend} with {oc.workers} worker(s) in {wall:.1f} s"
+    )
     _print_verdicts(res["summary"])
     loads = res["loads"]
     if len(loads) and not loads["matched"].all():
@@ -91,8 +107,9 @@ def cmd_sweep(args) -> int:
     print(f"results: {out / 'runs.csv'}, {out / 'summary.csv'}, {out / 'report.md'}, {out / 'report.html'}")
     errs = res["runs"]["status"].eq("error").sum()
     if errs:
-        sys.stderr.write(f"{errs} run(s) failed (see the `error` column of runs.csv); rerun with --resume to "
-                         f"retry them\n")
+        sys.stderr.write(
+            f"{errs} run(s) failed (see the `error` column of runs.csv); rerun with --resume to retry them\n"
+        )
         return 1
     return 0
 
@@ -105,8 +122,10 @@ def cmd_report(args) -> int:
         raise InputError(d, "", "no such folder")
     res = render(d, figures=not args.no_figures)
     _print_verdicts(res["summary"])
-    print(f"wrote {d / 'report.md'}, {d / 'report.html'}, runs.csv, summary.csv"
-          + (f" and {len(res['figures'])} figures" if res["figures"] else ""))
+    print(
+        f"wrote {d / 'report.md'}, {d / 'report.html'}, runs.csv, summary.csv"
+        + (f" and {len(res['figures'])} figures" if res["figures"] else "")
+    )
     return 0
 
 
@@ -129,10 +148,18 @@ def export_table(d: Path):
     regimes = {r["scenario_hash"]: r["name"] for r in plan["regimes"]}
     recs = []
     for r in rows:
-        rec = {"regime": regimes.get(r["scenario_hash"], r["scenario_hash"]), "policy": r["policy_label"],
-               "policy_name": r["policy"], "seed": r["seed"], "draw": r["draw"], "status": r["status"],
-               "error": r["error"] or "", "params": json.dumps(r["params"], sort_keys=True),
-               "scenario_hash": r["scenario_hash"], "params_hash": r["params_hash"]}
+        rec = {
+            "regime": regimes.get(r["scenario_hash"], r["scenario_hash"]),
+            "policy": r["policy_label"],
+            "policy_name": r["policy"],
+            "seed": r["seed"],
+            "draw": r["draw"],
+            "status": r["status"],
+            "error": r["error"] or "",
+            "params": json.dumps(r["params"], sort_keys=True),
+            "scenario_hash": r["scenario_hash"],
+            "params_hash": r["params_hash"],
+        }
         for k, v in sorted((r["summary"] or {}).items()):
             if k in rec:
                 continue
@@ -150,8 +177,12 @@ def export_table(d: Path):
     df["_r"] = df["regime"].map(order).fillna(len(order))
     df["_a"] = df["policy"].map(arms).fillna(len(arms))
     df = df.sort_values(["_r", "_a", "seed", "draw"], kind="mergesort").drop(columns=["_r", "_a"])
-    df = df.merge(base[["regime", "policy", "seed", "draw", "sync_excess"]], on=["regime", "policy", "seed", "draw"],
-                  how="left", sort=False)
+    df = df.merge(
+        base[["regime", "policy", "seed", "draw", "sync_excess"]],
+        on=["regime", "policy", "seed", "draw"],
+        how="left",
+        sort=False,
+    )
     return df.reset_index(drop=True)
 
 

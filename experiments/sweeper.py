@@ -9,6 +9,7 @@ Scheduling is dependency-aware: a matched control's draws are submitted as soon 
 reference run (same regime and seed) is stored, with that run's merge and inner-step counts. At
 most 2 x workers tasks are in flight, so a sweep of any size keeps a bounded queue.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -41,8 +42,12 @@ class LocalBackend:
         self._start()
 
     def _start(self) -> None:
-        self.ex = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                         initializer=init_local_worker, initargs=(os.getpid(), self.plugins))
+        self.ex = cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=mp.get_context("spawn"),
+            initializer=init_local_worker,
+            initargs=(os.getpid(), self.plugins),
+        )
 
     def submit(self, task: dict[str, Any]):
         try:
@@ -98,12 +103,18 @@ class DaskBackend:
             try:
                 self.client = Client(scheduler, timeout="15s")
             except (OSError, TimeoutError, ValueError) as e:
-                raise InputError("<command line>", "--scheduler",
-                                 f"cannot connect to the Dask scheduler at {scheduler}: {e}") from None
+                raise InputError(
+                    "<command line>", "--scheduler", f"cannot connect to the Dask scheduler at {scheduler}: {e}"
+                ) from None
             self.workers = max(1, sum(self.client.nthreads().values()))
         else:
-            self.cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+            self.cluster = LocalCluster(
+                n_workers=max(1, int(workers)),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
             self.client = Client(self.cluster)
             self.workers = max(1, int(workers))
 
@@ -146,8 +157,9 @@ def acquire_lock(out: Path):
     try:
         fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise InputError(out, "--out", f"output folder is not writable (cannot create the lock file "
-                                       f"{LOCK_NAME}: {e.strerror or e})") from None
+        raise InputError(
+            out, "--out", f"output folder is not writable (cannot create the lock file {LOCK_NAME}: {e.strerror or e})"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -164,14 +176,22 @@ def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
     elif ident != plan.identity():
         old = store.plan()
         store.close()
-        raise InputError(out, "--out", f"already holds the results of a different sweep ({old.get('name')!r} from "
-                                       f"{old.get('file')}, other regimes, policies, params or seeds); choose "
-                                       f"another output folder or remove this one")
+        raise InputError(
+            out,
+            "--out",
+            f"already holds the results of a different sweep ({old.get('name')!r} from "
+            f"{old.get('file')}, other regimes, policies, params or seeds); choose "
+            f"another output folder or remove this one",
+        )
     elif not resume:
         c = store.counts()
         store.close()
-        raise InputError(out, "--resume", f"already holds this sweep's results ({c.get('ok', 0)} completed, "
-                                          f"{c.get('error', 0)} failed runs); pass --resume to continue it")
+        raise InputError(
+            out,
+            "--resume",
+            f"already holds this sweep's results ({c.get('ok', 0)} completed, "
+            f"{c.get('error', 0)} failed runs); pass --resume to continue it",
+        )
     else:
         store.set_plan(ident, plan.describe())  # analysis settings (bootstrap, gate) may have changed
     return store
@@ -179,9 +199,18 @@ def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
 
 def _payload(plan: Plan, t: Task, ref: dict[str, Any] | None, base: dict[str, Any] | None) -> dict[str, Any]:
     reg, arm = plan.regime(t.regime), plan.arm(t.arm)
-    return {"scenario": reg.scenario, "policy": arm.name, "params": arm.params, "seed": t.seed, "draw": t.draw,
-            "reference": ref, "baseline": base, "keep_e2e": t.base_key is None,
-            "timeline": t.seed == plan.timeline_seed and t.draw == 0, "plugins": plan.plugins}
+    return {
+        "scenario": reg.scenario,
+        "policy": arm.name,
+        "params": arm.params,
+        "seed": t.seed,
+        "draw": t.draw,
+        "reference": ref,
+        "baseline": base,
+        "keep_e2e": t.base_key is None,
+        "timeline": t.seed == plan.timeline_seed and t.draw == 0,
+        "plugins": plan.plugins,
+    }
 
 
 def _ref_counts(summary: dict[str, Any]) -> dict[str, int]:
@@ -194,8 +223,16 @@ def _baseline(summary: dict[str, Any] | None, blob: bytes | None) -> dict[str, A
     return {"e2e": blob, "arrivals_hash": summary.get("arrivals_hash")}
 
 
-def execute_plan(plan: Plan, out: str | Path, *, workers: int | None = None, backend: str = "local",
-                 scheduler: str | None = None, resume: bool = False, progress: bool = True) -> Outcome:
+def execute_plan(
+    plan: Plan,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    backend: str = "local",
+    scheduler: str | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> Outcome:
     out_existed = Path(out).exists()
     out = prepare_dir(out)
     lock = acquire_lock(out)
@@ -268,13 +305,21 @@ def _run(plan: Plan, store: Store, workers: int, backend: str, scheduler: str | 
                 remaining_users[k] += 1
     # Dependencies first (baselines, then references), then everything else, in plan order.
     rank = {k: (0 if by_key[k].base_key is None else 1) for k in dependents}
-    ready: deque = deque(sorted((t.key for t in todo if not blockers[t.key]),
-                                key=lambda k: (rank.get(k, 2), order[k])))
+    ready: deque = deque(sorted((t.key for t in todo if not blockers[t.key]), key=lambda k: (rank.get(k, 2), order[k])))
 
     from tqdm import tqdm
 
-    bar = tqdm(total=len(tasks), initial=outcome.skipped, unit="run", desc="sweep", file=sys.stderr,
-               disable=not progress, dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
+    bar = tqdm(
+        total=len(tasks),
+        initial=outcome.skipped,
+        unit="run",
+        desc="sweep",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+        mininterval=0.5,
+        smoothing=0.1,
+    )
     be = LocalBackend(workers, plan.plugins) if backend == "local" else DaskBackend(workers, scheduler, plan.plugins)
     window = 2 * be.workers
     inflight: dict[Any, tuple[tuple, dict | None, int]] = {}
@@ -312,9 +357,14 @@ def _run(plan: Plan, store: Store, workers: int, backend: str, scheduler: str | 
                     if d.base_key is not None:
                         release(d.base_key)
                     blockers[dk].discard(key)
-                    finish(dk, None, {"status": "error", "error": f"skipped: its reference run "
-                                                                  f"({plan.arm(d.arm).reference}, seed {d.seed}) "
-                                                                  f"failed"})
+                    finish(
+                        dk,
+                        None,
+                        {
+                            "status": "error",
+                            "error": f"skipped: its reference run ({plan.arm(d.arm).reference}, seed {d.seed}) failed",
+                        },
+                    )
                     continue
                 blockers[dk].discard(key)
                 if not blockers[dk]:
@@ -330,9 +380,16 @@ def _run(plan: Plan, store: Store, workers: int, backend: str, scheduler: str | 
                     for dk in (t.ref_key, t.base_key):
                         if dk is not None:
                             release(dk)
-                    finish(k, None, {"status": "error", "error": f"skipped: its reference run "
-                                                                 f"({plan.arm(t.arm).reference}, seed {t.seed}) "
-                                                                 f"has no result"})
+                    finish(
+                        k,
+                        None,
+                        {
+                            "status": "error",
+                            "error": f"skipped: its reference run "
+                            f"({plan.arm(t.arm).reference}, seed {t.seed}) "
+                            f"has no result",
+                        },
+                    )
                     continue
                 ref = _ref_counts(summaries[t.ref_key]) if t.ref_key is not None else None
                 base = _baseline(summaries.get(t.base_key), blobs.get(t.base_key)) if t.base_key else None

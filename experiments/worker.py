@@ -6,6 +6,7 @@ plugin modules) and the answer is {"status": "ok", "summary": ..., "timeline": .
 {"status": "error", "error": "<exception text and the innermost frames>"}. A run's result depends
 only on what is in the task, so any process on any backend gives the same answer.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -83,15 +84,25 @@ def compact_timeline(res) -> dict[str, Any]:
     edges = np.concatenate([[t[0] - dt], t])
     req = res.requests
     viol = np.histogram(np.asarray(req["arrival"])[np.asarray(req["violated"], dtype=bool)], bins=edges)[0]
-    cols = {"arrivals": np.asarray(tl["arrivals"], float), "violations": viol.astype(float),
-            "queue": np.asarray(tl["queue"], float), "running": np.asarray(tl["running"], float),
-            "merging": np.asarray(tl["merging"], float)}
+    cols = {
+        "arrivals": np.asarray(tl["arrivals"], float),
+        "violations": viol.astype(float),
+        "queue": np.asarray(tl["queue"], float),
+        "running": np.asarray(tl["running"], float),
+        "merging": np.asarray(tl["merging"], float),
+    }
     k = max(1, math.ceil(len(t) / TIMELINE_MAX_POINTS))
     if k > 1:
         n = len(t) // k * k
-        t = t[k - 1:n:k]
-        cols = {c: (v[:n].reshape(-1, k).sum(axis=1) if c in ("arrivals", "violations")
-                    else v[:n].reshape(-1, k).mean(axis=1)) for c, v in cols.items()}
+        t = t[k - 1 : n : k]
+        cols = {
+            c: (
+                v[:n].reshape(-1, k).sum(axis=1)
+                if c in ("arrivals", "violations")
+                else v[:n].reshape(-1, k).mean(axis=1)
+            )
+            for c, v in cols.items()
+        }
     out: dict[str, Any] = {"bin_s": _sig(dt * k), "t": [_sig(x) for x in t]}
     out.update({c: [_sig(x) for x in v] for c, v in cols.items()})
     out["merges"] = [[_sig(m.start), _sig(m.end)] for m in res.merges]
@@ -145,12 +156,21 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
         load_plugins(task.get("plugins", ()))
         from wadiloco.experiments.runner import run_one
 
-        res = run_one(task["scenario"], task["seed"], task["policy"], task["params"], task["draw"],
-                      reference=task.get("reference"))
+        res = run_one(
+            task["scenario"],
+            task["seed"],
+            task["policy"],
+            task["params"],
+            task["draw"],
+            reference=task.get("reference"),
+        )
         summary = {**res.summary, **matched_latency(res, task.get("baseline"))}
-        out = {"status": "ok", "summary": summary_record(summary),
-               "timeline": compact_timeline(res) if task.get("timeline") else None,
-               "detail": pack_e2e(censored_e2e(res)) if task.get("keep_e2e") else None}
+        out = {
+            "status": "ok",
+            "summary": summary_record(summary),
+            "timeline": compact_timeline(res) if task.get("timeline") else None,
+            "detail": pack_e2e(censored_e2e(res)) if task.get("keep_e2e") else None,
+        }
     except Exception as e:  # noqa: BLE001 - a failing run is data, not a crash of the sweep
         tb = traceback.extract_tb(e.__traceback__)[-3:]
         where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(tb))

@@ -6,6 +6,7 @@ constant and the GPU part grows by dg = c*B per iteration because every sequence
 by one token. The first m iterations are host-bound (h > g_i), the rest GPU-bound, so the
 run's length is a sum of a constant part and an arithmetic series.
 """
+
 from __future__ import annotations
 
 import math

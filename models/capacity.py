@@ -8,15 +8,22 @@ beside it and T = max(h, g). If the prefill share exceeds the token budget, the 
 instead. Regimes then mean the same thing when the latency model or engine settings change;
 tests check that a simulated sidecar keeps up just below this rate and falls behind above it.
 """
+
 from __future__ import annotations
 
 from wadiloco.models.latency import LatencyModel
 
 
-def sidecar_capacity_rps(lat: LatencyModel, max_num_seqs: int, host_s: float,
-                         mean_prompt: float, mean_output: float, max_num_batched_tokens: int | None = None) -> float:
+def sidecar_capacity_rps(
+    lat: LatencyModel,
+    max_num_seqs: int,
+    host_s: float,
+    mean_prompt: float,
+    mean_output: float,
+    max_num_batched_tokens: int | None = None,
+) -> float:
     B = max_num_seqs
-    P, O = mean_prompt, max(mean_output, 1.0)
+    P, O = mean_prompt, max(mean_output, 1.0)  # noqa: E741 (the formula's own letters)
     prefill_per_iter = B * P / O
     if max_num_batched_tokens is not None and prefill_per_iter > max_num_batched_tokens - B:
         prefill_per_iter = max(1.0, max_num_batched_tokens - B)

@@ -4,6 +4,7 @@ Validation errors become `InputError`s naming the file and the dotted field, so 
 reaches the simulator. Unknown keys are rejected everywhere (`extra="forbid"`).
 Bandwidths are in Gb/s (gigabits per second) throughout; sizes in bytes; times in seconds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from wadiloco.models.errors import InputError
 
@@ -69,9 +70,11 @@ class EngineConfig(Strict):
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                             f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
-                             "one token per step")
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
+                "one token per step"
+            )
         return self
 
 

@@ -1,4 +1,5 @@
 """One error type for everything a user can get wrong, so the CLI can print it and exit 2."""
+
 from __future__ import annotations
 
 

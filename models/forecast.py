@@ -16,6 +16,7 @@ the past: nothing here can reach the simulator or the trace.
   (or with less than two seasons of history) it behaves as the EWMA. Between refits it reads the
   last fit's forecast further along, so it costs one fit per `refit_s`, not one per call.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -41,7 +42,7 @@ class EWMA:
     def update(self, counts: np.ndarray) -> None:
         a = self.alpha
         lvl = self.level
-        for x in counts[self.seen:]:
+        for x in counts[self.seen :]:
             lvl = float(x) if lvl is None else a * float(x) + (1.0 - a) * lvl
         self.level = lvl
         self.seen = len(counts)
@@ -63,9 +64,9 @@ def detect_season(x: np.ndarray, min_lag: int, min_acf: float = 0.3) -> int | No
     # Autocorrelation by FFT, normalised by the overlap length so long lags are not penalised.
     m = 1 << (2 * n - 1).bit_length()
     f = np.fft.rfft(y, m)
-    ac = np.fft.irfft(f * np.conj(f), m)[:hi + 1]
+    ac = np.fft.irfft(f * np.conj(f), m)[: hi + 1]
     acf = ac / denom * n / (n - np.arange(hi + 1))
-    seg = acf[min_lag:hi + 1]
+    seg = acf[min_lag : hi + 1]
     best = float(seg.max())
     if best < min_acf:
         return None
@@ -75,12 +76,19 @@ def detect_season(x: np.ndarray, min_lag: int, min_acf: float = 0.3) -> int | No
     j = i
     while j + 1 < len(seg) and seg[j + 1] >= 0.9 * best:
         j += 1
-    return min_lag + i + int(np.argmax(seg[i:j + 1]))  # the peak of that first hill
+    return min_lag + i + int(np.argmax(seg[i : j + 1]))  # the peak of that first hill
 
 
 class HoltWinters:
-    def __init__(self, bin_s: float, alpha: float = 0.3, season_s: float | None = None, refit_s: float = 60.0,
-                 fit_s: float = 600.0, min_season_s: float = 20.0):
+    def __init__(
+        self,
+        bin_s: float,
+        alpha: float = 0.3,
+        season_s: float | None = None,
+        refit_s: float = 60.0,
+        fit_s: float = 600.0,
+        min_season_s: float = 20.0,
+    ):
         self.bin_s = bin_s
         self.fallback = EWMA(alpha)
         self.season = None if season_s is None else max(2, int(round(season_s / bin_s)))
@@ -103,18 +111,19 @@ class HoltWinters:
     def _fit(self, n: int) -> None:
         self._fit_at = n
         self._fc = None
-        x = self.history[-self.fit_bins:]
+        x = self.history[-self.fit_bins :]
         season = detect_season(x, self.min_lag) if self.auto else self.season
         if season is None or len(x) < 2 * season + 10:
             return  # statsmodels' heuristic initialisation needs two seasons and a few more bins
-        x = x[-4 * season:]  # four seasons are plenty, and keep each fit at a few tens of ms
+        x = x[-4 * season :]  # four seasons are plenty, and keep each fit at a few tens of ms
         from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                model = ExponentialSmoothing(x, trend=None, seasonal="add", seasonal_periods=season,
-                                             initialization_method="heuristic")
+                model = ExponentialSmoothing(
+                    x, trend=None, seasonal="add", seasonal_periods=season, initialization_method="heuristic"
+                )
                 fit = model.fit()
             # Enough ahead for one refit interval plus a long lookahead.
             self._fc = np.maximum(np.asarray(fit.forecast(self.refit + 4 * season + 1024), dtype=float), 0.0)
@@ -126,7 +135,7 @@ class HoltWinters:
         if self._fc is None:
             return self.fallback.forecast(n)
         off = len(self.history) - self._fit_at
-        out = self._fc[off:off + n]
+        out = self._fc[off : off + n]
         if len(out) < n:
             out = np.concatenate([out, np.full(n - len(out), out[-1] if len(out) else self.fallback.level or 0.0)])
         return out
@@ -148,8 +157,9 @@ def window_costs(rate_bins: np.ndarray, origin: float, starts: np.ndarray, lengt
     return F(np.asarray(starts) + length) - F(np.maximum(np.asarray(starts), origin))
 
 
-def make_forecaster(kind: str, bin_s: float, alpha: float, season_s: float | None = None,
-                    refit_s: float = 60.0) -> Forecaster:
+def make_forecaster(
+    kind: str, bin_s: float, alpha: float, season_s: float | None = None, refit_s: float = 60.0
+) -> Forecaster:
     if kind == "ewma":
         return EWMA(alpha)
     if kind == "holt_winters":

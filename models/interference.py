@@ -15,6 +15,7 @@ Fitting (one number per phase and resource, from `interference.<mode>.<phase>.p5
 The `all` phase (stage + outer + ckpt together) and the eager outer step are not used by the fit;
 tests hold them out as validation.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,10 @@ def fit_weights(cal: dict | None = None) -> InterferenceWeights:
     host_ckpt = max(0.0, ratio(EAGER, "ckpt") - 1.0)
     host_stage = max(0.0, ratio(EAGER, "stage") - 1.0)
     return InterferenceWeights(
-        gpu_outer=gpu_outer, gpu_stage=gpu_stage, host_ckpt=host_ckpt, host_stage=host_stage,
+        gpu_outer=gpu_outer,
+        gpu_stage=gpu_stage,
+        host_ckpt=host_ckpt,
+        host_stage=host_stage,
         eager_host_s=inter[EAGER]["baseline"]["p50_ms"] / 1e3,
         graph_gpu_s=inter[GRAPH]["baseline"]["p50_ms"] / 1e3,
     )

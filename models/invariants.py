@@ -1,5 +1,6 @@
 """Invariants every run must satisfy; tests run them after every simulation, and
 `monitor.check_invariants: true` (or `wadiloco run --check`) runs them in normal use."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ Moore-Penrose pseudo-inverse). Simulations use the numpy one (`default_latency`)
 statsmodels costs seconds per process, paid again by every sweep worker, for a 19-row, 4-column
 fit. tests/test_latency_fit.py checks that both give the same coefficients.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,9 +49,11 @@ class LatencyModel:
         return self.a + self.b * prefill_tokens + self.c * sum_ctx + self.d * batch
 
     def describe(self) -> str:
-        return (f"t = {self.a * 1e3:.4f} ms + {self.b * 1e6:.4f} us*prefill_tokens "
-                f"+ {self.c * 1e9:.4f} ns*sum_ctx + {self.d * 1e6:.4f} us*batch   "
-                f"(relative-error OLS on {self.n} p50 rows, R^2 = {self.r2:.4f}, max |rel err| = {self.max_rel_err:.1%})")
+        return (
+            f"t = {self.a * 1e3:.4f} ms + {self.b * 1e6:.4f} us*prefill_tokens "
+            f"+ {self.c * 1e9:.4f} ns*sum_ctx + {self.d * 1e6:.4f} us*batch   "
+            f"(relative-error OLS on {self.n} p50 rows, R^2 = {self.r2:.4f}, max |rel err| = {self.max_rel_err:.1%})"
+        )
 
 
 def design_rows(cal: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -88,8 +91,7 @@ def fit_latency(cal: dict | None = None, method: str = "statsmodels") -> Latency
     a, b, c, d = (float(v) for v in params)
     pred = X @ params
     r2 = 1.0 - float(np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
-    return LatencyModel(a, b, c, d, r2=r2, n=len(y),
-                        max_rel_err=float(np.max(np.abs(pred - y) / y)))
+    return LatencyModel(a, b, c, d, r2=r2, n=len(y), max_rel_err=float(np.max(np.abs(pred - y) / y)))
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ A request *overlaps* a merge when its lifetime [arrival, finish] intersects the 
 [start, end]; its phase is the merge phase it shares the most time with. An unfinished request
 (still in flight when the run stops) counts as an SLO violation and as ending at +inf.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -67,8 +68,10 @@ def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float
     by_phase = {name: int(np.sum(viol & (r["phase"] == i))) for i, name in enumerate(PHASE_NAMES)}
     by_phase["none"] = int(np.sum(viol & ~overl))
     durs = [m.duration for m in merges]
-    phase_means = {name: float(np.mean([m.phases[name][1] - m.phases[name][0] for m in merges])) if merges else 0.0
-                   for name in PHASE_NAMES}
+    phase_means = {
+        name: float(np.mean([m.phases[name][1] - m.phases[name][0] for m in merges])) if merges else 0.0
+        for name in PHASE_NAMES
+    }
     e2e_in = r["e2e"][overl & r["completed"]]
     e2e_out = r["e2e"][~overl & r["completed"]]
     return {
@@ -77,9 +80,14 @@ def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float
         "unfinished": int(n - np.sum(r["completed"])),
         "slo_violations": int(np.sum(viol)),
         "slo_violation_rate": float(np.mean(viol)) if n else 0.0,
-        "ttft_p50_s": _pct(r["ttft"], 50), "ttft_p95_s": _pct(r["ttft"], 95), "ttft_p99_s": _pct(r["ttft"], 99),
-        "tpot_p50_s": _pct(r["tpot"], 50), "tpot_p95_s": _pct(r["tpot"], 95),
-        "e2e_p50_s": _pct(r["e2e"], 50), "e2e_p95_s": _pct(r["e2e"], 95), "e2e_p99_s": _pct(r["e2e"], 99),
+        "ttft_p50_s": _pct(r["ttft"], 50),
+        "ttft_p95_s": _pct(r["ttft"], 95),
+        "ttft_p99_s": _pct(r["ttft"], 99),
+        "tpot_p50_s": _pct(r["tpot"], 50),
+        "tpot_p95_s": _pct(r["tpot"], 95),
+        "e2e_p50_s": _pct(r["e2e"], 50),
+        "e2e_p95_s": _pct(r["e2e"], 95),
+        "e2e_p99_s": _pct(r["e2e"], 99),
         "merges": len(merges),
         "merge_duration_mean_s": float(np.mean(durs)) if durs else 0.0,
         "merge_phase_mean_s": phase_means,

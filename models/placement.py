@@ -34,6 +34,7 @@ k; the cost may depend on j because earlier merges delay the wall-clock time of 
 solves `B_j[k] = cost[j-1, k] + min_{g} B_{j-1}[k-g]` with back-pointers: O(n * T * width).
 Ties go to the earliest predecessor, so the answer is deterministic.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -55,8 +56,10 @@ def _check(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, start: in
     if last_hi < start:
         raise PlacementError(f"final window ends at {last_hi}, before the start step {start}")
     if (n + 1) * (last_hi - start + 1) > MAX_CELLS:
-        raise PlacementError(f"{n} merges over {last_hi - start} steps is too large for the exact "
-                             f"placement tables ({MAX_CELLS:,d} cells); shorten the horizon")
+        raise PlacementError(
+            f"{n} merges over {last_hi - start} steps is too large for the exact "
+            f"placement tables ({MAX_CELLS:,d} cells); shorten the horizon"
+        )
 
 
 def final_window(n_steps: int, h_max: int, slack: int = 0) -> tuple[int, int]:
@@ -88,7 +91,7 @@ def _rows(n: int, h_min: int, h_max: int, last_hi: int, start: int) -> np.ndarra
         # N_j[i] = sum_{g=h_min}^{h_max} prev[i-g] = full[i - h_min]
         r = np.zeros(T)
         if h_min < T:
-            r[h_min:] = full[:T - h_min]
+            r[h_min:] = full[: T - h_min]
         m = r.max()
         rows[j] = r / m if m > 0 else r
     return rows
@@ -108,8 +111,9 @@ def count_placements(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int,
     return sum(row[i] for i in range(max(0, last_lo - start), T))
 
 
-def enumerate_placements(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int,
-                         start: int = 0) -> Iterator[tuple[int, ...]]:
+def enumerate_placements(
+    n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, start: int = 0
+) -> Iterator[tuple[int, ...]]:
     """Every feasible placement in lexicographic order, by brute force (for tests)."""
     _check(n, h_min, h_max, last_lo, last_hi, start)
 
@@ -138,7 +142,7 @@ class UniformSampler:
         self.n, self.h_min, self.h_max, self.start = n, h_min, h_max, start
         self.rows = _rows(n, h_min, h_max, last_hi, start) if n else None
         self.lo = max(0, last_lo - start)
-        if n and not np.any(self.rows[n, self.lo:] > 0):  # pragma: no cover - feasible_range said otherwise
+        if n and not np.any(self.rows[n, self.lo :] > 0):  # pragma: no cover - feasible_range said otherwise
             raise PlacementError(_infeasible_msg(n, h_min, h_max, last_lo, last_hi, start))
 
     def sample(self, rng: np.random.Generator) -> list[int]:
@@ -146,17 +150,18 @@ class UniformSampler:
         if n == 0:
             return []
         out = [0] * n
-        i = self.lo + _draw(rows[n, self.lo:], rng)
+        i = self.lo + _draw(rows[n, self.lo :], rng)
         out[n - 1] = i
         for j in range(n - 1, 0, -1):
             a, b = max(0, i - self.h_max), i - self.h_min
-            i = a + _draw(rows[j, a:b + 1], rng)
+            i = a + _draw(rows[j, a : b + 1], rng)
             out[j - 1] = i
         return [self.start + i for i in out]
 
 
-def sample_placement(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int,
-                     rng: np.random.Generator, start: int = 0) -> list[int]:
+def sample_placement(
+    n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, rng: np.random.Generator, start: int = 0
+) -> list[int]:
     """One placement drawn uniformly from all feasible ones (see the module docstring)."""
     return UniformSampler(n, h_min, h_max, last_lo, last_hi, start).sample(rng)
 
@@ -170,8 +175,9 @@ def _draw(weights: np.ndarray, rng: np.random.Generator) -> int:
     return i
 
 
-def min_cost_placement(cost: np.ndarray, n: int, h_min: int, h_max: int, last_lo: int, last_hi: int,
-                       start: int = 0) -> tuple[list[int], float]:
+def min_cost_placement(
+    cost: np.ndarray, n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, start: int = 0
+) -> tuple[list[int], float]:
     """Feasible placement minimising sum_j cost[j, s_{j+1}], and that minimum.
 
     `cost` has shape (n, last_hi + 1): row j is the cost of making merge j+1 at step k (absolute
@@ -195,7 +201,7 @@ def min_cost_placement(cost: np.ndarray, n: int, h_min: int, h_max: int, last_lo
         # For target i, predecessors are i-h_max .. i-h_min. Pad on the left with h_max infs so
         # window i of the padded array is prev[i-h_max .. i-h_min].
         padded = np.concatenate([np.full(h_max, np.inf), prev])
-        win = np.lib.stride_tricks.sliding_window_view(padded[:T + h_max - h_min], W)
+        win = np.lib.stride_tricks.sliding_window_view(padded[: T + h_max - h_min], W)
         arg = win.argmin(axis=1)
         mins = win[np.arange(T), arg]
         cur = mins + cost[j - 1, start:]
@@ -217,10 +223,20 @@ def min_cost_placement(cost: np.ndarray, n: int, h_min: int, h_max: int, last_lo
 
 
 def _infeasible_msg(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, start: int) -> str:
-    return (f"{n} merge(s) after step {start} cannot satisfy the corridor [{h_min}, {h_max}] with the "
-            f"last merge in steps [{last_lo}, {last_hi}] (reachable last steps: "
-            f"[{start + n * h_min}, {start + n * h_max}])")
+    return (
+        f"{n} merge(s) after step {start} cannot satisfy the corridor [{h_min}, {h_max}] with the "
+        f"last merge in steps [{last_lo}, {last_hi}] (reachable last steps: "
+        f"[{start + n * h_min}, {start + n * h_max}])"
+    )
 
 
-__all__ = ["PlacementError", "final_window", "feasible_range", "count_placements", "enumerate_placements",
-           "UniformSampler", "sample_placement", "min_cost_placement"]
+__all__ = [
+    "PlacementError",
+    "final_window",
+    "feasible_range",
+    "count_placements",
+    "enumerate_placements",
+    "UniformSampler",
+    "sample_placement",
+    "min_cost_placement",
+]

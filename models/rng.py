@@ -4,6 +4,7 @@ Every subsystem (arrivals of sidecar 3, token lengths, learner jitter, a matched
 draws from its own stream, derived from (seed, subsystem name). Adding a draw in one subsystem
 never shifts another's numbers, which is what makes common random numbers across policies hold.
 """
+
 from __future__ import annotations
 
 import zlib

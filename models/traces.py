@@ -5,6 +5,7 @@ the file and the line (1-based, as an editor shows it) or the column, never a nu
 The common case is parsed vectorised (one numpy datetime parse for the whole Azure column); the
 per-line checks are cheap string tests, so a 19k-row trace loads in a few tens of milliseconds.
 """
+
 from __future__ import annotations
 
 import csv
@@ -40,10 +41,10 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 class Trace:
     """One trace: request arrival times (s from the first request) and token lengths."""
 
-    t: np.ndarray       # float64, sorted, t[0] == 0
+    t: np.ndarray  # float64, sorted, t[0] == 0
     prompt: np.ndarray  # int64 >= 1
     output: np.ndarray  # int64 >= 1
-    source: str         # the file it came from
+    source: str  # the file it came from
 
     def __post_init__(self):
         for a in (self.t, self.prompt, self.output):
@@ -97,8 +98,12 @@ def _guess_format(p: Path, text: str) -> str:
         return "mooncake"
     if "TIMESTAMP" in first or "," in first:
         return "azure"
-    raise InputError(p, "line 1", "cannot tell the trace format: expected an Azure CSV header "
-                     f"({','.join(AZURE_COLUMNS)}) or Mooncake JSON lines; pass the format explicitly")
+    raise InputError(
+        p,
+        "line 1",
+        "cannot tell the trace format: expected an Azure CSV header "
+        f"({','.join(AZURE_COLUMNS)}) or Mooncake JSON lines; pass the format explicitly",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,8 +124,12 @@ def _load_azure(p: Path, text: str) -> Trace:
     names = [h.strip() for h in header]
     missing = [c for c in AZURE_COLUMNS if c not in names]
     if missing:
-        raise InputError(p, f"line {header_line}", f"missing column(s) {', '.join(missing)}: expected header "
-                         f"{','.join(AZURE_COLUMNS)} (found {_show(','.join(names))})")
+        raise InputError(
+            p,
+            f"line {header_line}",
+            f"missing column(s) {', '.join(missing)}: expected header "
+            f"{','.join(AZURE_COLUMNS)} (found {_show(','.join(names))})",
+        )
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InputError(p, f"line {header_line}", f"column(s) {', '.join(dupes)} appear more than once")
@@ -136,8 +145,11 @@ def _load_azure(p: Path, text: str) -> Trace:
             if len(row) != width:
                 if not any(f.strip() for f in row):
                     continue  # blank line (e.g. a trailing newline)
-                raise InputError(p, f"line {reader.line_num}", f"expected {width} comma-separated fields "
-                                 f"({','.join(names)}), found {len(row)}")
+                raise InputError(
+                    p,
+                    f"line {reader.line_num}",
+                    f"expected {width} comma-separated fields ({','.join(names)}), found {len(row)}",
+                )
             lines.append(reader.line_num)
             stamps.append(row[i_ts])
             prompts.append(row[i_p])
@@ -162,8 +174,9 @@ def _parse_timestamps(p: Path, stamps: list[str], lines: list[int]) -> np.ndarra
         # numpy silently wraps datetime64[ns] outside ~1678-2262 (and int64 ns differences
         # overflow past ~290 years), so bound the year first.
         if m is None or not 1970 <= int(m["year"]) <= 2200:
-            raise InputError(p, f"line {lines[k]}", f"TIMESTAMP: cannot parse {_show(s)}; expected "
-                             "YYYY-MM-DD HH:MM:SS.fffffff")
+            raise InputError(
+                p, f"line {lines[k]}", f"TIMESTAMP: cannot parse {_show(s)}; expected YYYY-MM-DD HH:MM:SS.fffffff"
+            )
         naive.append(m["dt"])
         if m["tz"] is not None:
             if offsets is None:
@@ -190,8 +203,7 @@ def _parse_timestamps(p: Path, stamps: list[str], lines: list[int]) -> np.ndarra
 def _parse_counts(p: Path, cells: list[str], lines: list[int], column: str) -> np.ndarray:
     """Whole, non-negative token counts; the fast path is plain digits."""
     try:
-        return np.array([int(c) if c.isascii() and c.isdigit() else _count_slow(c) for c in cells],
-                        dtype=np.int64)
+        return np.array([int(c) if c.isascii() and c.isdigit() else _count_slow(c) for c in cells], dtype=np.int64)
     except _BadCount:
         pass
     for k, c in enumerate(cells):  # find the first bad cell again, to name its line
@@ -238,8 +250,12 @@ def _load_mooncake(p: Path, text: str) -> Trace:
             msg = getattr(e, "msg", None) or str(e).splitlines()[0] or type(e).__name__
             raise InputError(p, f"line {n}", f"not valid JSON ({msg}); expected one JSON object per line") from None
         if not isinstance(obj, dict):
-            raise InputError(p, f"line {n}", f"expected a JSON object {{\"timestamp\": ..., \"input_length\": ..., "
-                             f"\"output_length\": ...}}, got {type(obj).__name__}")
+            raise InputError(
+                p,
+                f"line {n}",
+                f'expected a JSON object {{"timestamp": ..., "input_length": ..., '
+                f'"output_length": ...}}, got {type(obj).__name__}',
+            )
         for key in MOONCAKE_KEYS:
             if key not in obj:
                 raise InputError(p, f"line {n}", f"missing key {key!r} (each line needs {', '.join(MOONCAKE_KEYS)})")
@@ -270,8 +286,9 @@ def _load_mooncake(p: Path, text: str) -> Trace:
     if not lines:
         raise InputError(p, "", "no requests: the file has no JSON lines")
     ms = np.asarray(stamps, dtype=np.float64)
-    return _finish(p, ms, 1e3, np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64),
-                   lines, MOONCAKE_KEYS)
+    return _finish(
+        p, ms, 1e3, np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64), lines, MOONCAKE_KEYS
+    )
 
 
 def _show(v: object) -> str:
@@ -290,8 +307,15 @@ def _finite(x: int | float) -> bool:
 # checks shared by both formats
 
 
-def _finish(p: Path, exact: np.ndarray, per_s: float, prompt: np.ndarray, output: np.ndarray,
-            lines: list[int], names: tuple[str, str, str]) -> Trace:
+def _finish(
+    p: Path,
+    exact: np.ndarray,
+    per_s: float,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    lines: list[int],
+    names: tuple[str, str, str],
+) -> Trace:
     """Order, span and range checks, then rebase times to the first request.
 
     `exact` is the timestamp column in its native units (int64 ns, or ms) and is differenced
@@ -301,13 +325,21 @@ def _finish(p: Path, exact: np.ndarray, per_s: float, prompt: np.ndarray, output
     back = np.flatnonzero(np.diff(exact) < 0)
     if back.size:
         k = int(back[0]) + 1
-        raise InputError(p, f"line {lines[k]}", f"{ts_name} goes back in time: earlier than the previous "
-                         f"request (line {lines[k - 1]}); traces must be sorted by time")
+        raise InputError(
+            p,
+            f"line {lines[k]}",
+            f"{ts_name} goes back in time: earlier than the previous "
+            f"request (line {lines[k - 1]}); traces must be sorted by time",
+        )
     span = float(exact[-1] - exact[0]) / per_s
     if span > MAX_SPAN_S:
         k = int(np.searchsorted(exact, exact[0] + MAX_SPAN_S * per_s, side="right"))
-        raise InputError(p, f"line {lines[k]}", f"{ts_name} is {span / 86400:.1f} days after the first request "
-                         f"(line {lines[0]}); traces longer than 30 days are rejected as implausible")
+        raise InputError(
+            p,
+            f"line {lines[k]}",
+            f"{ts_name} is {span / 86400:.1f} days after the first request "
+            f"(line {lines[0]}); traces longer than 30 days are rejected as implausible",
+        )
     for arr, name, low in ((prompt, p_name, 1), (output, o_name, 1)):
         bad = np.flatnonzero((arr < low) | (arr > MAX_TOKENS))
         if bad.size:

@@ -8,6 +8,7 @@ parameters, less for larger models: that is ln(1.03)/ln(1000/50) = 0.0099 nats o
 of H. We add that much per e-fold of the token-weighted mean merge interval above 50 steps.
 Islands that have not merged yet have only their own tokens: unmerged progress is not pooled.
 """
+
 from __future__ import annotations
 
 import math

@@ -11,14 +11,16 @@ changes. Randomness comes from named streams (models.rng): sidecar i's arrival t
 ("arrivals", i), its token lengths from ("tokens", i), burst timing shared by the whole fleet from
 ("bursts",), so every policy run on a seed sees identical arrivals (common random numbers).
 """
+
 from __future__ import annotations
 
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
@@ -37,7 +39,7 @@ MAX_SEGMENTS = 5_000_000
 class Arrivals:
     """One sidecar's requests: arrival times (s, sorted) and token lengths. Read-only arrays."""
 
-    t: np.ndarray       # float64, sorted, 0 <= t < horizon
+    t: np.ndarray  # float64, sorted, 0 <= t < horizon
     prompt: np.ndarray  # int64 >= 1
     output: np.ndarray  # int64 >= 1
 
@@ -63,8 +65,10 @@ class Context:
         """Requests/s per sidecar for a utilisation `load` at these mean token lengths."""
         cap = float(self.capacity_rps(float(mean_prompt), float(mean_output)))
         if not math.isfinite(cap) or cap <= 0:
-            raise ValueError(f"capacity_rps({mean_prompt:.1f}, {mean_output:.1f}) returned {cap}; "
-                             "expected a positive number of requests/s")
+            raise ValueError(
+                f"capacity_rps({mean_prompt:.1f}, {mean_output:.1f}) returned {cap}; "
+                "expected a positive number of requests/s"
+            )
         return load * cap
 
 
@@ -147,8 +151,10 @@ class _Lengths(Strict):
     @model_validator(mode="after")
     def _order(self):
         if self.median > self.mean:
-            raise ValueError(f"median ({self.median:g}) must not exceed mean ({self.mean:g}): a lognormal's "
-                             "mean is above its median (equal means fixed lengths)")
+            raise ValueError(
+                f"median ({self.median:g}) must not exceed mean ({self.mean:g}): a lognormal's "
+                "mean is above its median (equal means fixed lengths)"
+            )
         if not self.min <= self.median <= self.max:
             raise ValueError(f"median ({self.median:g}) must lie within [min, max] = [{self.min}, {self.max}]")
         if self.mean > self.max:
@@ -226,14 +232,22 @@ def _on_off_levels(on_fraction: float, off_rate_ratio: float) -> tuple[float, fl
 
 def _check_volume(expected: float, file: str, field: str) -> None:
     if expected > MAX_REQUESTS_PER_SIDECAR:
-        raise InputError(file, field, f"would generate about {expected:,.0f} requests per sidecar (limit "
-                         f"{MAX_REQUESTS_PER_SIDECAR:,}); lower the load or the horizon")
+        raise InputError(
+            file,
+            field,
+            f"would generate about {expected:,.0f} requests per sidecar (limit "
+            f"{MAX_REQUESTS_PER_SIDECAR:,}); lower the load or the horizon",
+        )
 
 
 def _check_segments(n: float, file: str, field: str) -> None:
     if n > MAX_SEGMENTS:
-        raise InputError(file, field, f"would need about {n:,.0f} on/off phases over the horizon "
-                         f"(limit {MAX_SEGMENTS:,}); use longer phases or a shorter horizon")
+        raise InputError(
+            file,
+            field,
+            f"would need about {n:,.0f} on/off phases over the horizon "
+            f"(limit {MAX_SEGMENTS:,}); use longer phases or a shorter horizon",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,8 +261,9 @@ class SyntheticParams(Strict):
     and its own shape parameters."""
 
     kind: str
-    tokens: Tokens = Field(Tokens(), description="prompt/output lengths: lognormal from mean and median, "
-                           "rounded, clipped to [min, max]")
+    tokens: Tokens = Field(
+        Tokens(), description="prompt/output lengths: lognormal from mean and median, rounded, clipped to [min, max]"
+    )
 
 
 class NormalParams(SyntheticParams):
@@ -279,16 +294,23 @@ class AperiodicParams(SyntheticParams):
     kind: Literal["aperiodic"] = "aperiodic"
     load: float = Field(0.6, gt=0, le=100, description=_LOAD_HELP + ", in expectation")
     gap_mean_s: float = Field(120.0, gt=0, description="mean time from one burst's start to the next (s)")
-    gap_shape: float = Field(1.5, gt=1, le=100, description="Pareto tail index of the quiet part of a gap "
-                             "(smaller = heavier tail; must exceed 1 for a finite mean)")
+    gap_shape: float = Field(
+        1.5,
+        gt=1,
+        le=100,
+        description="Pareto tail index of the quiet part of a gap "
+        "(smaller = heavier tail; must exceed 1 for a finite mean)",
+    )
     burst_mean_s: float = Field(30.0, gt=0, description="mean burst duration (s), exponential")
     off_rate_ratio: float = Field(0.2, ge=0, le=1, description="off-phase rate over in-burst rate")
 
     @model_validator(mode="after")
     def _burst_fits(self):
         if self.burst_mean_s >= self.gap_mean_s:
-            raise ValueError(f"burst_mean_s ({self.burst_mean_s:g}) must be below gap_mean_s "
-                             f"({self.gap_mean_s:g}): a gap is a burst plus a quiet spell")
+            raise ValueError(
+                f"burst_mean_s ({self.burst_mean_s:g}) must be below gap_mean_s "
+                f"({self.gap_mean_s:g}): a gap is a burst plus a quiet spell"
+            )
         return self
 
 
@@ -387,11 +409,17 @@ class TraceParams(Strict):
     format: Literal["auto", "azure", "mooncake"] = Field("auto", description="auto: by extension, else sniffed")
     time_offset_s: float = Field(0.0, ge=0, description="skip this many seconds of the trace")
     rate_scale: float = Field(1.0, gt=0, le=1e6, description="time-compress the trace by this factor")
-    load: float | None = Field(None, gt=0, le=100, description="if set: rescale time so the mean per-sidecar "
-                               "rate is load x capacity (overrides rate_scale)")
+    load: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="if set: rescale time so the mean per-sidecar rate is load x capacity (overrides rate_scale)",
+    )
     spread: Literal["round_robin", "random", "hash"] = Field(
-        "round_robin", description="how requests are dealt to sidecars: in turn, at random (seeded), "
-                                   "or by a hash of the trace row (the same row always on the same sidecar)")
+        "round_robin",
+        description="how requests are dealt to sidecars: in turn, at random (seeded), "
+        "or by a hash of the trace row (the same row always on the same sidecar)",
+    )
     loop: bool = Field(False, description="repeat the trace if the horizon outlasts it")
     _trace: Trace | None = PrivateAttr(None)
 
@@ -487,17 +515,31 @@ def _load_trace_params(p: TraceParams, file: object, base_dir: str | Path) -> No
     p._trace = load_trace(path, p.format)
     end = float(p._trace.t[-1])
     if p.time_offset_s > end:
-        raise InputError(file, "workload.time_offset_s", f"{p.time_offset_s:g} s is past the end of the "
-                         f"trace ({end:g} s after its first request)")
+        raise InputError(
+            file,
+            "workload.time_offset_s",
+            f"{p.time_offset_s:g} s is past the end of the trace ({end:g} s after its first request)",
+        )
     if (p.loop or p.load is not None) and p.cycle_s() <= 0:
         field = "workload.loop" if p.loop else "workload.load"
-        raise InputError(file, field, "the trace (after time_offset_s) has no duration, so it cannot be "
-                         "looped or rescaled to a load; it needs at least two distinct timestamps")
+        raise InputError(
+            file,
+            field,
+            "the trace (after time_offset_s) has no duration, so it cannot be "
+            "looped or rescaled to a load; it needs at least two distinct timestamps",
+        )
 
 
-def generate_arrivals(spec: dict | BaseModel, *, n_sidecars: int, horizon_s: float,
-                      capacity_rps: Callable[[float, float], float], seed: int,
-                      base_dir: str | Path = ".", file: object = "<scenario>") -> list[Arrivals]:
+def generate_arrivals(
+    spec: dict | BaseModel,
+    *,
+    n_sidecars: int,
+    horizon_s: float,
+    capacity_rps: Callable[[float, float], float],
+    seed: int,
+    base_dir: str | Path = ".",
+    file: object = "<scenario>",
+) -> list[Arrivals]:
     """Every sidecar's arrivals in [0, horizon_s), deterministic in (spec, fleet, capacity, seed).
 
     `spec` is the `workload:` mapping (or what `parse_workload` returned, to skip re-validation);
@@ -537,8 +579,15 @@ def describe_workloads() -> list[dict]:
             default = None if info.is_required() else info.get_default(call_default_factory=True)
             if isinstance(default, BaseModel):
                 default = default.model_dump()
-            params.append({"name": field, "default": default, "required": info.is_required(),
-                           "type": _type_name(info.annotation), "description": info.description or ""})
+            params.append(
+                {
+                    "name": field,
+                    "default": default,
+                    "required": info.is_required(),
+                    "type": _type_name(info.annotation),
+                    "description": info.description or "",
+                }
+            )
         summary = re.split(r"(?<=\.)\s", entry.doc, maxsplit=1)[0]
         out.append({"kind": name, "summary": summary, "doc": entry.doc, "params": params})
     return out
@@ -546,4 +595,3 @@ def describe_workloads() -> list[dict]:
 
 def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-

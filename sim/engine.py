@@ -19,6 +19,7 @@ except at known instants (the policy's next decision, the monitor's next sample:
 Iterations that end before then are booked without a SimPy event; the engine keeps its own clock
 and yields only for the iteration that crosses that instant. Results are bit-identical either way.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -56,6 +57,7 @@ class Lookahead:
     links (the fleet keeps it: sim.fleet.Fleet.bound_changed). An iteration that ends before it is
     booked at once, without a SimPy event: every later event sees the same state at the same
     instant as if the engine had yielded. -inf (the default) turns this off."""
+
     __slots__ = ("until",)
 
     def __init__(self) -> None:
@@ -69,9 +71,21 @@ def _packed(x, code: str, dtype) -> array:
 
 
 class Sidecar:
-    def __init__(self, env: simpy.Environment, idx: int, arrivals, lat: LatencyModel, *,
-                 max_num_seqs: int, max_num_batched_tokens: int, host_s: float,
-                 gpu: Link, host: Link, fast_forward: bool = True, lookahead: Lookahead | None = None):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        idx: int,
+        arrivals,
+        lat: LatencyModel,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        host_s: float,
+        gpu: Link,
+        host: Link,
+        fast_forward: bool = True,
+        lookahead: Lookahead | None = None,
+    ):
         self.env = env
         self.idx = idx
         self.t_arr = arrivals.t

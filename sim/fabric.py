@@ -17,13 +17,14 @@ Hot-path support: a serving engine that finds its links empty runs without submi
 is the links' `occupant` (one engine per link: each sidecar has its own GPU and CPU links); the
 fabric calls the occupant back the moment the job set on such a link changes, at the same
 simulated instant, so the engine can hand over the rest of its iteration as ordinary jobs (the
-engine ignores calls that come while it is not running on its own). The result is exact, and the uncontended common case costs no
-fabric work at all.
+engine ignores calls that come while it is not running on its own). The result is exact, and the
+uncontended common case costs no fabric work at all.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import simpy
 
@@ -85,8 +86,9 @@ class Fabric:
         return lk
 
     # -- public API ---------------------------------------------------------------------------
-    def start(self, links: list[Link], work: float, weight: float = 1.0, max_rate: float = INF,
-              tag: object = None) -> Job:
+    def start(
+        self, links: list[Link], work: float, weight: float = 1.0, max_rate: float = INF, tag: object = None
+    ) -> Job:
         """Begin a job; `job.done` fires when its work is done (never, for a hold)."""
         if weight <= 0:
             raise ValueError("weight must be > 0")
@@ -126,7 +128,7 @@ class Fabric:
         # water-filling on one link
         left, wsum = lk.capacity, sum(ws)
         order = sorted(range(len(ws)), key=lambda i: caps[i] / ws[i])
-        for n, i in enumerate(order):
+        for i in order:
             level = left / wsum
             if caps[i] / ws[i] <= level:
                 if i == 0:

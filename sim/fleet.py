@@ -3,9 +3,9 @@
 Resources live in fabrics (sim.fabric): one for the network and checkpoint storage, one per host
 for its GPUs, CPU path and PCIe. Sidecar engines, islands and merge phases are the jobs on them.
 """
+
 from __future__ import annotations
 
-import math
 import os
 import time
 from bisect import bisect_right
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import simpy
 
+from wadiloco.models import invariants as inv
 from wadiloco.models.capacity import sidecar_capacity_rps
 from wadiloco.models.config import Scenario
 from wadiloco.models.interference import InterferenceWeights, default_weights
 from wadiloco.models.latency import LatencyModel, default_latency
-from wadiloco.models import invariants as inv
 from wadiloco.models.metrics import request_table, summarize
 from wadiloco.models.policies import POLICIES, make_policy
 from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, PolicyContext
@@ -53,7 +53,9 @@ def resolve_weights(sc: Scenario) -> InterferenceWeights:
         gpu_stage=w.gpu_stage if o.gpu_stage_weight is None else o.gpu_stage_weight,
         host_ckpt=w.host_ckpt if o.host_ckpt_weight is None else o.host_ckpt_weight,
         host_stage=w.host_stage if o.host_stage_weight is None else o.host_stage_weight,
-        eager_host_s=w.eager_host_s, graph_gpu_s=w.graph_gpu_s)
+        eager_host_s=w.eager_host_s,
+        graph_gpu_s=w.graph_gpu_s,
+    )
 
 
 def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
@@ -85,10 +87,21 @@ class HostRes:
 
 
 class Fleet:
-    def __init__(self, sc: Scenario, seed: int, policy_name: str | None = None,
-                 policy_params: dict | None = None, *, draw: int = 0, reference_merges: int | None = None,
-                 reference_steps: int | None = None, check: bool | None = None, arrivals=None,
-                 latency: LatencyModel | None = None, lookahead: bool = True):
+    def __init__(
+        self,
+        sc: Scenario,
+        seed: int,
+        policy_name: str | None = None,
+        policy_params: dict | None = None,
+        *,
+        draw: int = 0,
+        reference_merges: int | None = None,
+        reference_steps: int | None = None,
+        check: bool | None = None,
+        arrivals=None,
+        latency: LatencyModel | None = None,
+        lookahead: bool = True,
+    ):
         self.sc = sc
         self.seed = int(seed)
         self.draw = draw
@@ -106,16 +119,28 @@ class Fleet:
         seen_caps: list[float] = []
 
         def capacity(mean_prompt: float, mean_output: float) -> float:
-            cap = sidecar_capacity_rps(self.lat, sc.engine.max_num_seqs, self.host_s, mean_prompt, mean_output,
-                                       sc.engine.max_num_batched_tokens)
+            cap = sidecar_capacity_rps(
+                self.lat,
+                sc.engine.max_num_seqs,
+                self.host_s,
+                mean_prompt,
+                mean_output,
+                sc.engine.max_num_batched_tokens,
+            )
             seen_caps.append(cap)
             return cap
 
         # Injected arrivals (metamorphic tests) still come with the scenario's own capacity figure,
         # which a deployed controller would know from configuration, not from the arrivals.
         generated = generate_arrivals(
-            sc.workload, n_sidecars=fc.n_sidecars, horizon_s=sc.horizon_s, capacity_rps=capacity,
-            seed=self.seed, base_dir=sc.base_dir, file=sc.source)
+            sc.workload,
+            n_sidecars=fc.n_sidecars,
+            horizon_s=sc.horizon_s,
+            capacity_rps=capacity,
+            seed=self.seed,
+            base_dir=sc.base_dir,
+            file=sc.source,
+        )
         self.arrivals = arrivals if arrivals is not None else generated
         self.capacity_rps = seen_caps[-1] if seen_caps else None
 
@@ -127,8 +152,11 @@ class Fleet:
         self.net = Fabric(env, "net", self.check)
         self.graph = build_graph(fc, sc.merge.checkpoint_gbps)
         self.edge_links = {(u, v): self.net.link(f"{u}->{v}", d["capacity"]) for u, v, d in self.graph.edges(data=True)}
-        self.backplanes = {n: self.net.link(f"{n}/backplane", d["backplane_gbps"])
-                           for n, d in self.graph.nodes(data=True) if d.get("kind") == "switch"}
+        self.backplanes = {
+            n: self.net.link(f"{n}/backplane", d["backplane_gbps"])
+            for n, d in self.graph.nodes(data=True)
+            if d.get("kind") == "switch"
+        }
         ser = INF if "storage" in fc.unlimited else sc.merge.serialize_gbps
         self.serialize = [self.net.link(f"{hr.name}/serialize", ser) for hr in self.hosts]
 
@@ -143,20 +171,38 @@ class Fleet:
         self.sidecars: list[Sidecar] = []
         for s in range(fc.n_sidecars):
             hr = self.hosts[s // fc.sidecars_per_host]
-            self.sidecars.append(Sidecar(
-                env, s, self.arrivals[s], self.lat, max_num_seqs=sc.engine.max_num_seqs,
-                max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=self.host_s,
-                gpu=hr.gpus[s % fc.sidecars_per_host], host=hr.cpus[s % fc.sidecars_per_host],
-                fast_forward=sc.engine.fast_forward, lookahead=self.lookahead))
+            self.sidecars.append(
+                Sidecar(
+                    env,
+                    s,
+                    self.arrivals[s],
+                    self.lat,
+                    max_num_seqs=sc.engine.max_num_seqs,
+                    max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+                    host_s=self.host_s,
+                    gpu=hr.gpus[s % fc.sidecars_per_host],
+                    host=hr.cpus[s % fc.sidecars_per_host],
+                    fast_forward=sc.engine.fast_forward,
+                    lookahead=self.lookahead,
+                )
+            )
 
         # ---- training ----
-        self.progress = ProgressModel(sc.training.params, sc.training.tokens_per_step, fc.islands,
-                                      sc.training.initial_loss_tokens)
+        self.progress = ProgressModel(
+            sc.training.params, sc.training.tokens_per_step, fc.islands, sc.training.initial_loss_tokens
+        )
         name = policy_name or sc.policy.name
         params = sc.policy.params if policy_params is None and name == sc.policy.name else (policy_params or {})
         self.policy_name = name
-        ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, self.seed, draw, reference_merges, reference_steps,
-                            stream(self.seed, "policy", name, draw))
+        ctx = PolicyContext(
+            sc.merge.h_min,
+            sc.merge.h_max,
+            self.seed,
+            draw,
+            reference_merges,
+            reference_steps,
+            stream(self.seed, "policy", name, draw),
+        )
         self.policy = make_policy(name, params, ctx, sc.source)
         if POLICIES[name].oracle:
             times = np.sort(np.concatenate([a.t for a in self.arrivals])) if self.arrivals else np.empty(0)
@@ -164,8 +210,9 @@ class Fleet:
 
         # ---- monitor (timeline and pressure windows; past only) ----
         self.bin_s = sc.monitor.sample_s
-        self.tl: dict[str, list[float]] = {k: [] for k in ("t", "arrivals", "queue", "running", "merging",
-                                                            "p_net", "p_ckpt")}
+        self.tl: dict[str, list[float]] = {
+            k: [] for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt")
+        }
         self._arr_seen = [0] * len(self.sidecars)
         self._counts = np.zeros(int((sc.horizon_s + sc.drain_s) / self.bin_s) + 2)
         self._n_bins = 0
@@ -262,7 +309,7 @@ class Fleet:
         if key == self._press_key:
             return self._press
         n = self._win_n
-        recent = self._counts[:self._n_bins][-n:]
+        recent = self._counts[: self._n_bins][-n:]
         rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
         # p_srv: serving load relative to capacity over the pressure window, the larger of
         # (a) the arrival rate over the fleet's request capacity (unknown for a trace replayed
@@ -271,8 +318,7 @@ class Fleet:
         cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
         slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
         occ = [(q + r) / slots for q, r in zip(tl["queue"][-n:], tl["running"][-n:])]
-        p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0,
-                             float(sum(occ) / len(occ)) if occ else 0.0))
+        p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
         self._press = (min(1.0, self._window_mean("p_net")), p_srv, min(1.0, self._window_mean("p_ckpt")))
         self._press_key = key
         return self._press
@@ -291,8 +337,9 @@ class Fleet:
             stale = max(0, k - last)
             s = cache.get(stale)
             if s is None:
-                s = cache[stale] = LearnerSignals(self.progress.dloss_if_merged(stale) / n_isl,
-                                                  stale * self.sc.training.tokens_per_step, stale)
+                s = cache[stale] = LearnerSignals(
+                    self.progress.dloss_if_merged(stale) / n_isl, stale * self.sc.training.tokens_per_step, stale
+                )
             signals.append(s)
         return tuple(signals)
 
@@ -305,7 +352,7 @@ class Fleet:
         now = self.env.now
         if self.check:
             self._check_not_ahead(now)
-        counts = self._counts[:self._n_bins].copy()  # a copy: the policy must not see later bins
+        counts = self._counts[: self._n_bins].copy()  # a copy: the policy must not see later bins
         p_net, p_srv, p_ckpt = self._pressures()
         queue = sum(s.queue_len(now) for s in self.sidecars)
         running = sum(s.running() for s in self.sidecars)
@@ -315,11 +362,23 @@ class Fleet:
             self._dur_key = key
             self._dur_mean = float(np.mean([m.duration for m in done])) if done else 0.0
         return Observation(
-            now=now, step=step, last_merge_step=tr.last_merge_step, merges=len(done),
-            h_min=self.sc.merge.h_min, h_max=self.sc.merge.h_max, step_time_s=self.sc.training.step_time_s,
-            learners=self._signals(tr), p_net=p_net, p_srv=p_srv,
-            p_ckpt=p_ckpt, queue_len=queue, running=running, bin_s=self.bin_s,
-            arrival_counts=counts, merge_duration_s=self._dur_mean)
+            now=now,
+            step=step,
+            last_merge_step=tr.last_merge_step,
+            merges=len(done),
+            h_min=self.sc.merge.h_min,
+            h_max=self.sc.merge.h_max,
+            step_time_s=self.sc.training.step_time_s,
+            learners=self._signals(tr),
+            p_net=p_net,
+            p_srv=p_srv,
+            p_ckpt=p_ckpt,
+            queue_len=queue,
+            running=running,
+            bin_s=self.bin_s,
+            arrival_counts=counts,
+            merge_duration_s=self._dur_mean,
+        )
 
     def _monitor(self):
         env = self.env
@@ -347,7 +406,8 @@ class Fleet:
         n_counts = len(counts)
         tl = self.tl
         t_, arr_, queue_, running_, merging_, net_, ckpt_ = (
-            tl[k].append for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt"))
+            tl[k].append for k in ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt")
+        )
         end = self._end
         while env.now < end:
             self._mon_next = env.now + bin_s
@@ -386,8 +446,9 @@ class Fleet:
         inv.check_merges(merges)
         inv.check_peak_load(self.peak_link_load())
         if POLICIES[self.policy_name].respects_corridor:
-            inv.check_corridor([m.step for m in merges], self.sc.merge.h_min, self.sc.merge.h_max,
-                               max(self.trainer.island_step))
+            inv.check_corridor(
+                [m.step for m in merges], self.sc.merge.h_min, self.sc.merge.h_max, max(self.trainer.island_step)
+            )
         if not POLICIES[self.policy_name].oracle and getattr(self.policy, "_future_seen", False):
             raise inv.InvariantError("an online policy was given the future")
 
@@ -401,28 +462,55 @@ class Fleet:
         merges = [m for m in self.trainer.merges if m.end > 0]
         # the arrivals' own arrays (no per-request copies: this table is the run's peak of memory)
         req = request_table(
-            [(s.t_arr, np.asarray(a.prompt, dtype=np.int64), np.asarray(a.output, dtype=np.int64),
-              s.admitted, s.first_token, s.finish) for s, a in zip(self.sidecars, self.arrivals)],
-            self.sc.slo.ttft_s, self.sc.slo.tpot_s, merges)
+            [
+                (
+                    s.t_arr,
+                    np.asarray(a.prompt, dtype=np.int64),
+                    np.asarray(a.output, dtype=np.int64),
+                    s.admitted,
+                    s.first_token,
+                    s.finish,
+                )
+                for s, a in zip(self.sidecars, self.arrivals)
+            ],
+            self.sc.slo.ttft_s,
+            self.sc.slo.tpot_s,
+            merges,
+        )
         unmerged = max(self.trainer.island_step) - self.trainer.last_merge_step if self.trainer.island_step else 0
         summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s)
-        summary.update({
-            "scenario": self.sc.name, "policy": self.policy_name, "seed": self.seed, "draw": self.draw,
-            "merge_steps": [m.step for m in merges],
-            "final_loss": self.progress.final_loss(unmerged),
-            "inner_steps": max(self.trainer.island_step) if self.trainer.island_step else 0,
-            "sim_time_s": float(self.env.now), "wall_time_s": wall,
-            "arrivals_hash": arrivals_hash(self.arrivals),
-            "capacity_rps_per_sidecar": self.capacity_rps,
-            "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
-            "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
-        })
+        summary.update(
+            {
+                "scenario": self.sc.name,
+                "policy": self.policy_name,
+                "seed": self.seed,
+                "draw": self.draw,
+                "merge_steps": [m.step for m in merges],
+                "final_loss": self.progress.final_loss(unmerged),
+                "inner_steps": max(self.trainer.island_step) if self.trainer.island_step else 0,
+                "sim_time_s": float(self.env.now),
+                "wall_time_s": wall,
+                "arrivals_hash": arrivals_hash(self.arrivals),
+                "capacity_rps_per_sidecar": self.capacity_rps,
+                "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
+                "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
+            }
+        )
         summary["peak_link_load"] = self.peak_link_load()
         if self.check:
             self.check_invariants(req, merges)
         tl = {k: np.asarray(v, dtype=float) for k, v in self.tl.items()}
-        return RunResult(self.sc.name, self.policy_name, self.seed, self.draw, summary, req, merges, tl,
-                         list(self.trainer.decision_log))
+        return RunResult(
+            self.sc.name,
+            self.policy_name,
+            self.seed,
+            self.draw,
+            summary,
+            req,
+            merges,
+            tl,
+            list(self.trainer.decision_log),
+        )
 
 
 def simulate(sc: Scenario, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw) -> RunResult:

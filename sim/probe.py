@@ -6,6 +6,7 @@ One host, one sidecar with a fixed workload (decode B=64 at context 1024, or bac
 seconds; the slowdown of iteration i is its duration over the duration of the same iteration
 in an identical run without the phase. Nothing here sets a ratio: it comes out of the fabric.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,17 +38,30 @@ def _arrivals(kind: str) -> Arrivals:
 
 def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1.0e9):
     graphs, kind = MODES[mode]
-    return scenario_from_dict({
-        "name": f"probe-{mode}", "horizon_s": 10.0, "drain_s": 0.0,
-        "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1, "colocation": "same_gpu",
-                  "unlimited": list(unlimited)},
-        "engine": {"cuda_graphs": graphs, "host_overhead_s": 0.0, "fast_forward": False,
-                   "max_num_seqs": 64 if kind == "decode" else 1,
-                   "max_num_batched_tokens": 65536 if kind == "decode" else 2048},
-        "training": {"params": params},
-        "policy": {"name": "no_sync"},
-        "workload": {"kind": "normal"},
-    })
+    return scenario_from_dict(
+        {
+            "name": f"probe-{mode}",
+            "horizon_s": 10.0,
+            "drain_s": 0.0,
+            "fleet": {
+                "islands": 1,
+                "hosts_per_island": 1,
+                "sidecars_per_host": 1,
+                "colocation": "same_gpu",
+                "unlimited": list(unlimited),
+            },
+            "engine": {
+                "cuda_graphs": graphs,
+                "host_overhead_s": 0.0,
+                "fast_forward": False,
+                "max_num_seqs": 64 if kind == "decode" else 1,
+                "max_num_batched_tokens": 65536 if kind == "decode" else 2048,
+            },
+            "training": {"params": params},
+            "policy": {"name": "no_sync"},
+            "workload": {"kind": "normal"},
+        }
+    )
 
 
 def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: float):
@@ -80,5 +94,8 @@ def slowdown(mode: str, phase: str, unlimited: tuple[str, ...] = (), t0: float =
     if not inside.any():
         raise RuntimeError("no iteration fell inside the phase window")
     r = dur_h[inside] / dur_b[inside]
-    return {"p50_ratio": float(np.percentile(r, 50)), "p95_ratio": float(np.percentile(r, 95)),
-            "iterations": int(inside.sum())}
+    return {
+        "p50_ratio": float(np.percentile(r, 50)),
+        "p95_ratio": float(np.percentile(r, 95)),
+        "iterations": int(inside.sum()),
+    }

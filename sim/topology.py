@@ -10,6 +10,7 @@ All-reduce of the pseudo-gradient across islands is a ring: host h of island i s
 ring traffic, 2(n-1)/n of its shard (the standard ring all-reduce volume), to host h of island
 i+1. With n islands of k hosts, k*n flows run at once and each island uplink carries k of them.
 """
+
 from __future__ import annotations
 
 import math

@@ -14,6 +14,7 @@ fabric jobs whose durations emerge from sizes and bandwidths:
 4. ckpt: each host serialises its checkpoint shard (params + outer momentum) and streams it to
    the checkpoint store; serialisation presses on the host CPU path while it lasts.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -75,8 +76,11 @@ class Trainer:
         per 256 steps, in stream order, so when a block is drawn never changes a step's time."""
         q = self._ahead[i]
         while len(q) < m:
-            q.extend((self.step_time * (1.0 + self.jitter * self._rng[i].standard_normal(256))).clip(
-                0.05 * self.step_time).tolist())
+            q.extend(
+                (self.step_time * (1.0 + self.jitter * self._rng[i].standard_normal(256)))
+                .clip(0.05 * self.step_time)
+                .tolist()
+            )
         return q
 
     def next_decision_at(self) -> float:

@@ -1,4 +1,5 @@
 """Shared test fixtures."""
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ def shared_dir() -> Path:
     """Path to shared/ (traces, calibration); skips the test if it is not available."""
     found = _find_shared()
     if found is None:
-        pytest.skip("shared data folder not found: expected ../shared next to the checkout "
-                    "or WADILOCO_SHARED pointing at it")
+        pytest.skip(
+            "shared data folder not found: expected ../shared next to the checkout or WADILOCO_SHARED pointing at it"
+        )
     return found

@@ -5,6 +5,7 @@ per run once a worker has started), plus two test-only policies from tests/sweep
 reach spawned and Dask workers through $WADILOCO_PLUGINS. A test module that uses these helpers
 imports `plugins_env` too, so that autouse fixture sets $WADILOCO_PLUGINS for the module.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,14 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = str(Path(__file__).resolve().parent / "sweep_plugins.py")
-TINY_OVERRIDES = {"drain_s": 20, "fleet.islands": 2, "fleet.hosts_per_island": 1, "merge.h_min": 16,
-                  "merge.h_max": 48, "monitor.check_invariants": True}
+TINY_OVERRIDES = {
+    "drain_s": 20,
+    "fleet.islands": 2,
+    "fleet.hosts_per_island": 1,
+    "merge.h_min": 16,
+    "merge.h_max": 48,
+    "monitor.check_invariants": True,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,8 +61,10 @@ def tiny_sweep_dict() -> dict:
     for p in d["policies"]:
         if p["name"] == "fixed":
             p["params"] = {"H": 24}  # inside the shrunk corridor
-    d["policies"] = d["policies"] + [{"name": "test_probe", "params": {"H": 32}},
-                                     {"name": "test_matched", "references": ["test_probe"]}]
+    d["policies"] = d["policies"] + [
+        {"name": "test_probe", "params": {"H": 32}},
+        {"name": "test_matched", "references": ["test_probe"]},
+    ]
     d["bootstrap"] = {"n_resamples": 500, "method": "BCa", "seed": 0}
     return d
 
@@ -69,8 +78,9 @@ def store_rows(out: Path, columns: str = "status, attempts") -> list[tuple]:
     """The store's rows (key columns first, then `columns`), in key order, read-only."""
     con = sqlite3.connect(f"file:{out / 'runs.sqlite'}?mode=ro", uri=True)
     try:
-        return con.execute(f"SELECT scenario_hash, policy_label, params_hash, seed, draw, {columns} "
-                           "FROM runs ORDER BY 1, 2, 3, 4, 5").fetchall()
+        return con.execute(
+            f"SELECT scenario_hash, policy_label, params_hash, seed, draw, {columns} FROM runs ORDER BY 1, 2, 3, 4, 5"
+        ).fetchall()
     finally:
         con.close()
 
@@ -84,9 +94,24 @@ def total_runs(sweep: Path) -> int:
 def spawn_sweep(sweep: Path, out: Path, extra_env: dict, *args) -> subprocess.Popen:
     """`wadiloco sweep` in a subprocess that leads its own process group (it and its workers)."""
     env = {**os.environ, "WADILOCO_PLUGINS": PLUGIN, **extra_env}
-    return subprocess.Popen([sys.executable, "-m", "wadiloco.experiments.cli", "sweep", str(sweep), "--out", str(out),
-                             "--no-progress", *args], env=env, cwd=str(ROOT), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wadiloco.experiments.cli",
+            "sweep",
+            str(sweep),
+            "--out",
+            str(out),
+            "--no-progress",
+            *args,
+        ],
+        env=env,
+        cwd=str(ROOT),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def ok_count(out: Path) -> int:

@@ -7,6 +7,7 @@ worker through $WADILOCO_PLUGINS=<path of this file> (workers do not import test
 - `test_matched`: a minimal matched control (takes `reference`), placing the reference's merge
   count evenly with a random offset per draw; exercises the generic reference mechanism.
 """
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 (or line), no traceback, and no output files. Cases are generated from the schema (every field of
 every section gets the wrong-type, out-of-range and non-finite values it must refuse), plus broken
 YAML, malformed traces and bad command lines."""
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,12 @@ from wadiloco.experiments.cli import main
 from wadiloco.models.config import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-VALID = {"name": "x", "horizon_s": 30, "workload": {"kind": "normal"}, "policy": {"name": "fixed", "params": {"H": 256}}}
+VALID = {
+    "name": "x",
+    "horizon_s": 30,
+    "workload": {"kind": "normal"},
+    "policy": {"name": "fixed", "params": {"H": 256}},
+}
 
 
 def _numeric_bounds(field) -> dict:
@@ -137,8 +143,11 @@ def _assert_clean_error(rc, err, *needles):
 def test_bad_scenario_field(tmp_path, capsys, case, patch, field):
     doc = {**VALID, **patch}
     p = tmp_path / "scenario.yaml"
-    p.write_text(yaml.safe_dump(doc) if all(isinstance(v, (int, float, str, list, dict, bool)) or v is None
-                                            for v in doc.values()) else yaml.dump(doc))
+    p.write_text(
+        yaml.safe_dump(doc)
+        if all(isinstance(v, (int, float, str, list, dict, bool)) or v is None for v in doc.values())
+        else yaml.dump(doc)
+    )
     out = tmp_path / "out"
     rc, err = _run_cli(["run", str(p), "--out", str(out)], capsys)
     _assert_clean_error(rc, err, str(p), field)
@@ -162,8 +171,11 @@ TRACE_CASES = [
     ("azure_negative_tokens", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,-5,1\n"),
     ("azure_zero_output", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,5,0\n"),
     ("azure_text_tokens", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,many,1\n"),
-    ("azure_back_in_time", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47.0,1,1\n"
-                                    "2023-11-16 18:15:46.0,1,1\n"),
+    (
+        "azure_back_in_time",
+        "t.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47.0,1,1\n2023-11-16 18:15:46.0,1,1\n",
+    ),
     ("azure_absurd", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,99999999999,1\n"),
     ("azure_missing_field", "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,1\n"),
     ("mooncake_empty", "t.jsonl", ""),
@@ -171,13 +183,21 @@ TRACE_CASES = [
     ("mooncake_not_object", "t.jsonl", "[1, 2, 3]\n"),
     ("mooncake_missing_key", "t.jsonl", '{"timestamp": 0, "input_length": 5}\n'),
     ("mooncake_negative", "t.jsonl", '{"timestamp": 0, "input_length": -5, "output_length": 1}\n'),
-    ("mooncake_back_in_time", "t.jsonl", '{"timestamp": 10, "input_length": 5, "output_length": 1}\n'
-                                          '{"timestamp": 5, "input_length": 5, "output_length": 1}\n'),
+    (
+        "mooncake_back_in_time",
+        "t.jsonl",
+        '{"timestamp": 10, "input_length": 5, "output_length": 1}\n'
+        '{"timestamp": 5, "input_length": 5, "output_length": 1}\n',
+    ),
     ("mooncake_string_len", "t.jsonl", '{"timestamp": 0, "input_length": "5", "output_length": 1}\n'),
     ("mooncake_float_len", "t.jsonl", '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n'),
     ("mooncake_nan_ts", "t.jsonl", '{"timestamp": NaN, "input_length": 5, "output_length": 1}\n'),
-    ("mooncake_absurd_span", "t.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
-                                         '{"timestamp": 99999999999999, "input_length": 5, "output_length": 1}\n'),
+    (
+        "mooncake_absurd_span",
+        "t.jsonl",
+        '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+        '{"timestamp": 99999999999999, "input_length": 5, "output_length": 1}\n',
+    ),
 ]
 
 

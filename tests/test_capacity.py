@@ -1,4 +1,5 @@
 """Capacity search: brackets an analytic answer, and more WAN bandwidth never lowers capacity."""
+
 from __future__ import annotations
 
 import math
@@ -26,6 +27,7 @@ class MM1Params(Strict):
 
 
 if "test_mm1" not in WORKLOADS:
+
     @workload("test_mm1", MM1Params)
     def _mm1(p, ctx):
         """Poisson arrivals, exponential prompt lengths, one output token: an M/M/1 queue."""
@@ -38,14 +40,21 @@ if "test_mm1" not in WORKLOADS:
 
 
 def test_search_brackets_mm1_answer():
-    sc = scenario_from_dict({
-        "name": "mm1", "horizon_s": 1200, "drain_s": 200,
-        "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1},
-        "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 1_000_000, "host_overhead_s": 0.0},
-        "slo": {"ttft_s": 1.0, "tpot_s": 1.0},
-        "workload": {"kind": "test_mm1"}, "policy": {"name": "no_sync"}})
-    r = capacity(sc, "no_sync", {}, seeds=3, spec=SearchSpec(attainment=0.9, tol=0.01),
-                 fleet_kw={"latency": MM1_LATENCY})
+    sc = scenario_from_dict(
+        {
+            "name": "mm1",
+            "horizon_s": 1200,
+            "drain_s": 200,
+            "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1},
+            "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 1_000_000, "host_overhead_s": 0.0},
+            "slo": {"ttft_s": 1.0, "tpot_s": 1.0},
+            "workload": {"kind": "test_mm1"},
+            "policy": {"name": "no_sync"},
+        }
+    )
+    r = capacity(
+        sc, "no_sync", {}, seeds=3, spec=SearchSpec(attainment=0.9, tol=0.01), fleet_kw={"latency": MM1_LATENCY}
+    )
     mu = 1 / (B * MEAN_PROMPT)
     # M/M/1 sojourn ~ Exp(mu - lambda): P(T <= 1 s) = 0.9  =>  lambda* = mu - ln 10
     exact = mu - math.log(10)
@@ -59,8 +68,17 @@ def test_search_brackets_mm1_answer():
 
 def test_more_wan_bandwidth_never_lowers_capacity():
     sc = load_scenario(ROOT / "scenarios" / "bursty.yaml")
-    sc = with_overrides(sc, {"fleet.islands": 2, "fleet.colocation": "same_gpu", "engine.cuda_graphs": False,
-                             "merge.h_min": 32, "merge.h_max": 64, "policy.params": {"H": 40}})
+    sc = with_overrides(
+        sc,
+        {
+            "fleet.islands": 2,
+            "fleet.colocation": "same_gpu",
+            "engine.cuda_graphs": False,
+            "merge.h_min": 32,
+            "merge.h_max": 64,
+            "policy.params": {"H": 40},
+        },
+    )
     spec = SearchSpec(attainment=0.9, tol=0.08, horizon_s=90.0, lo=0.2, hi=1.4)
     rates = []
     for gbps in (5, 25, 100):
@@ -76,10 +94,17 @@ def test_capacity_estimate_separates_stable_from_saturated(graphs):
     """The load unit means something: below capacity a sidecar keeps up, above it it falls behind."""
     out = {}
     for load in (0.9, 1.15):
-        sc = scenario_from_dict({"name": "c", "horizon_s": 400, "drain_s": 0,
-                                 "fleet": {"islands": 1, "hosts_per_island": 1},
-                                 "engine": {"cuda_graphs": graphs},
-                                 "workload": {"kind": "normal", "load": load}, "policy": {"name": "no_sync"}})
+        sc = scenario_from_dict(
+            {
+                "name": "c",
+                "horizon_s": 400,
+                "drain_s": 0,
+                "fleet": {"islands": 1, "hosts_per_island": 1},
+                "engine": {"cuda_graphs": graphs},
+                "workload": {"kind": "normal", "load": load},
+                "policy": {"name": "no_sync"},
+            }
+        )
         from wadiloco.sim.fleet import simulate
 
         r = simulate(sc, 2)

@@ -17,6 +17,7 @@
 An exception inside one run being recorded while the sweep goes on is covered by
 tests/test_sweep.py::test_failing_run_is_recorded_and_retried_on_resume (and resumed there).
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sweep_helpers import ok_count, plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
 
 # imported up front: the read-only tests drop privileges, and may not import anything after that
 import wadiloco.experiments.commands  # noqa: F401
@@ -44,7 +46,6 @@ import wadiloco.experiments.sweep_cli  # noqa: F401
 import wadiloco.experiments.sweeper as sweeper
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.store import Store
-from sweep_helpers import ok_count, plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
 
 KILL_SEED = 20250607  # the kill points are drawn from this
 SEEDS = 2  # 2 regimes x 2 seeds x 8 runs per seed = 32 runs
@@ -70,8 +71,9 @@ def _rows(out: Path) -> dict[tuple, tuple]:
     with _inspect(out) as con:
         if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
             return {}  # killed between creating the file and creating its tables
-        return {tuple(r[:5]): tuple(r[5:]) for r in
-                con.execute(f"SELECT {KEY}, status, attempts, summary_json FROM runs")}
+        return {
+            tuple(r[:5]): tuple(r[5:]) for r in con.execute(f"SELECT {KEY}, status, attempts, summary_json FROM runs")
+        }
 
 
 def _integrity(out: Path) -> str:
@@ -87,6 +89,7 @@ def _leftovers(out: Path) -> list[str]:
 class InlineBackend:
     """Runs each task in this process when it is submitted: no worker start-up, same results
     (tests/test_determinism_sweep.py shows results do not depend on the processes that compute them)."""
+
     name = "local"
 
     def __init__(self, workers, plugins=()):
@@ -123,6 +126,7 @@ def ref(tmp_path_factory):
 
 
 # ---- SIGKILL and --resume -------------------------------------------------------------------
+
 
 def _descendants(pid: int) -> set[int]:
     """Every live process below pid (its workers and multiprocessing's helpers), from /proc."""
@@ -169,8 +173,10 @@ def _kill_after(proc: subprocess.Popen, cond, what: str, timeout: float = 90) ->
     t0 = time.monotonic()
     while not cond():
         if proc.poll() is not None:
-            pytest.fail(f"the sweep exited before the kill ({what}): rc {proc.returncode}, "
-                        f"{proc.stderr.read().decode()[-2000:]}")
+            pytest.fail(
+                f"the sweep exited before the kill ({what}): rc {proc.returncode}, "
+                f"{proc.stderr.read().decode()[-2000:]}"
+            )
         if time.monotonic() - t0 > timeout:
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"the sweep never reached the kill point ({what})")
@@ -215,8 +221,9 @@ def test_sigkill_at_random_points_then_resume(ref, tmp_path):
     t0 = time.monotonic()
     _kill_after(proc, lambda: time.monotonic() - t0 > startup_delay or ok_count(out) > len(rows), "start-up")
     rows = _check_store(out, rows, total, ref["rows"])
-    print(f"killed {time.monotonic() - t0:.2f} s after the launch (drawn: {startup_delay:.2f} s): "
-          f"{len(rows)} runs stored")
+    print(
+        f"killed {time.monotonic() - t0:.2f} s after the launch (drawn: {startup_delay:.2f} s): {len(rows)} runs stored"
+    )
     assert len(rows) < k1, "the start-up kills should land before the sweep is under way"
 
     # 2. and 3. after k1, then k2 stored runs (on 2, then 1 worker)
@@ -254,6 +261,7 @@ def test_sigkill_at_random_points_then_resume(ref, tmp_path):
 
 
 # ---- read-only output folder ----------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def read_only(path: Path):
@@ -399,6 +407,7 @@ def test_output_path_that_is_a_file(ref, tmp_path, capsys, how):
 
 
 # ---- full disk --------------------------------------------------------------------------------
+
 
 def test_full_disk_while_storing_runs(ref, tmp_path, monkeypatch, capsys):
     """SQLite's own SQLITE_FULL, from a page limit on the store's connection: the sweep stops with

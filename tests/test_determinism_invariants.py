@@ -1,5 +1,6 @@
 """Same scenario + seed => identical results (in-process and across processes); invariants hold
 on every regime; the invariant checks themselves catch broken runs."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,17 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 def _short(path, horizon=120.0, **more):
     sc = load_scenario(path)
-    return with_overrides(sc, {"horizon_s": horizon, "drain_s": 60.0, "merge.h_min": 32, "merge.h_max": 96,
-                               "policy.params": {"H": 64}, **more})
+    return with_overrides(
+        sc,
+        {
+            "horizon_s": horizon,
+            "drain_s": 60.0,
+            "merge.h_min": 32,
+            "merge.h_max": 96,
+            "policy.params": {"H": 64},
+            **more,
+        },
+    )
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -64,9 +74,23 @@ def test_identical_across_processes(tmp_path):
     outs = []
     for i in range(2):
         d = tmp_path / f"o{i}"
-        r = subprocess.run([sys.executable, "-m", "wadiloco.experiments.cli", "run", str(ROOT / "scenarios" / "normal.yaml"),
-                            "--seed", "3", "--out", str(d)], capture_output=True, text=True, timeout=300,
-                           env={**__import__("os").environ, "PYTHONHASHSEED": str(i + 1)})
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "wadiloco.experiments.cli",
+                "run",
+                str(ROOT / "scenarios" / "normal.yaml"),
+                "--seed",
+                "3",
+                "--out",
+                str(d),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "PYTHONHASHSEED": str(i + 1)},
+        )
         assert r.returncode == 0, r.stderr
         outs.append(d)
     assert (outs[0] / "requests.csv").read_bytes() == (outs[1] / "requests.csv").read_bytes()

@@ -5,6 +5,7 @@ of sets and dicts of strings, so a result that leaned on it would differ here).
 Local vs Dask is asserted in tests/test_sweep.py::test_dask_backend_gives_identical_runs_csv, and
 a sweep killed and resumed on another worker count in tests/test_crash_safety.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,9 @@ import signal
 from pathlib import Path
 
 import pandas as pd
+from sweep_helpers import plugins_env, spawn_sweep, store_rows, tiny_sweep_dict, write_sweep  # noqa: F401
 
 from wadiloco.experiments.cli import main
-from sweep_helpers import plugins_env, spawn_sweep, store_rows, tiny_sweep_dict, write_sweep  # noqa: F401
 
 SEEDS = 2
 OUTPUTS = ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv", "report.md")
@@ -37,12 +38,13 @@ def test_same_sweep_gives_identical_outputs(tmp_path):
     d["seeds"] = SEEDS
     sweep = write_sweep(tmp_path / "tiny.yaml", d)
     others = {f"w{w}_hash{h}": (w, h) for w, h in ((2, "1"), (1, "2024"))}
-    procs = {name: spawn_sweep(sweep, tmp_path / name, {"PYTHONHASHSEED": h}, "--workers", str(w), "--no-figures")
-             for name, (w, h) in others.items()}
+    procs = {
+        name: spawn_sweep(sweep, tmp_path / name, {"PYTHONHASHSEED": h}, "--workers", str(w), "--no-figures")
+        for name, (w, h) in others.items()
+    }
     try:
         first = tmp_path / "in_process_w2"
-        assert main(["sweep", str(sweep), "--out", str(first), "--workers", "2", "--no-progress",
-                     "--no-figures"]) == 0
+        assert main(["sweep", str(sweep), "--out", str(first), "--workers", "2", "--no-progress", "--no-figures"]) == 0
         for name, proc in procs.items():
             _, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, f"{name}: {err.decode()[-3000:]}"
@@ -66,14 +68,15 @@ def test_invariant_switch_is_on_in_the_suite(monkeypatch):
     """tests/conftest.py sets $WADILOCO_CHECK_INVARIANTS, so every Fleet in the suite (and in the
     sweep workers and CLI subprocesses above, which inherit it) checks the invariants; an
     explicit check=False still wins, and the variable set to 0 leaves the scenario's choice."""
+    from sweep_helpers import ROOT
+
     from wadiloco.models.config import load_scenario, with_overrides
     from wadiloco.sim.fleet import Fleet
 
-    from sweep_helpers import ROOT
-
     assert os.environ.get("WADILOCO_CHECK_INVARIANTS") == "1"
-    sc = with_overrides(load_scenario(ROOT / "scenarios" / "normal.yaml"),
-                        {"horizon_s": 5, "monitor.check_invariants": False})
+    sc = with_overrides(
+        load_scenario(ROOT / "scenarios" / "normal.yaml"), {"horizon_s": 5, "monitor.check_invariants": False}
+    )
     assert Fleet(sc, 0).check is True
     assert Fleet(sc, 0, check=False).check is False
     monkeypatch.setenv("WADILOCO_CHECK_INVARIANTS", "0")

@@ -9,6 +9,7 @@
 
 Correctness only; speed lives in `python -m wadiloco.benchmarks`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---- latency fit -----------------------------------------------------------------------------
+
 
 def _perturbed(cal: dict, rng: np.random.Generator) -> dict:
     cal = {"latency_model": {k: [dict(r) for r in v] for k, v in cal["latency_model"].items()}}
@@ -77,14 +79,18 @@ def test_calibrate_reports_the_statsmodels_fit(monkeypatch):
 
 
 def test_a_run_does_not_import_statsmodels():
-    code = ("import sys\nfrom models.config import load_scenario, with_overrides\nfrom experiments.runner import run_one\n"
-            "sc = with_overrides(load_scenario('scenarios/normal.yaml'), {'horizon_s': 5.0, 'drain_s': 1.0})\n"
-            "run_one(sc, 0)\nprint('statsmodels' in sys.modules)\n")
+    code = (
+        "import sys\nfrom wadiloco.models.config import load_scenario, with_overrides\n"
+        "from wadiloco.experiments.runner import run_one\n"
+        "sc = with_overrides(load_scenario('scenarios/normal.yaml'), {'horizon_s': 5.0, 'drain_s': 1.0})\n"
+        "run_one(sc, 0)\nprint('statsmodels' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 # ---- batching closed forms -------------------------------------------------------------------
+
 
 def _run_time_general(k, g0, dg, h):
     """models.batching.run_time as first written: host-bound count, then the series."""
@@ -120,7 +126,11 @@ def test_batching_fast_forms_are_exact():
         if h <= g0 and k >= 1 and (g0 > 0 or dg > 0):
             assert batching.gpu_run_time(k, g0, dg) == rt
             # arbitrary targets, and targets exactly on a boundary
-            t = rnd.uniform(1e-9, rt * 1.2 + 1e-3) if rnd.random() < 0.7 else _run_time_general(rnd.randint(1, k), g0, dg, h)
+            t = (
+                rnd.uniform(1e-9, rt * 1.2 + 1e-3)
+                if rnd.random() < 0.7
+                else _run_time_general(rnd.randint(1, k), g0, dg, h)
+            )
             want = _iters_to_reach_general(t, g0, dg, h, k)
             assert batching.gpu_iters_to_reach(t, g0, dg, k) == want == batching.iters_to_reach(t, g0, dg, h, k)
             checked += 1
@@ -129,6 +139,7 @@ def test_batching_fast_forms_are_exact():
 
 # ---- observe() and the monitor ---------------------------------------------------------------
 
+
 def _reference_observation(fleet, step, tr) -> Observation:
     """observe() computed from scratch, without caches or inlining."""
     now = fleet.env.now
@@ -136,9 +147,14 @@ def _reference_observation(fleet, step, tr) -> Observation:
     signals = []
     for k in tr.island_step:
         stale = max(0, k - last)
-        signals.append(LearnerSignals(fleet.progress.dloss_if_merged(stale) / len(tr.island_step),
-                                      stale * fleet.sc.training.tokens_per_step, stale))
-    counts = fleet._counts[:fleet._n_bins].copy()
+        signals.append(
+            LearnerSignals(
+                fleet.progress.dloss_if_merged(stale) / len(tr.island_step),
+                stale * fleet.sc.training.tokens_per_step,
+                stale,
+            )
+        )
+    counts = fleet._counts[: fleet._n_bins].copy()
     n = max(1, int(round(fleet.sc.monitor.pressure_window_s / fleet.bin_s)))
     recent = counts[-n:]
     rate = float(recent.sum() / (len(recent) * fleet.bin_s)) if len(recent) else 0.0
@@ -155,20 +171,39 @@ def _reference_observation(fleet, step, tr) -> Observation:
 
     done = [m for m in tr.merges if m.end > 0]
     return Observation(
-        now=now, step=step, last_merge_step=last, merges=len(done), h_min=fleet.sc.merge.h_min,
-        h_max=fleet.sc.merge.h_max, step_time_s=fleet.sc.training.step_time_s, learners=tuple(signals),
-        p_net=min(1.0, window_mean("p_net")), p_srv=p_srv, p_ckpt=min(1.0, window_mean("p_ckpt")),
-        queue_len=queue, running=running, bin_s=fleet.bin_s, arrival_counts=counts,
-        merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0)
+        now=now,
+        step=step,
+        last_merge_step=last,
+        merges=len(done),
+        h_min=fleet.sc.merge.h_min,
+        h_max=fleet.sc.merge.h_max,
+        step_time_s=fleet.sc.training.step_time_s,
+        learners=tuple(signals),
+        p_net=min(1.0, window_mean("p_net")),
+        p_srv=p_srv,
+        p_ckpt=min(1.0, window_mean("p_ckpt")),
+        queue_len=queue,
+        running=running,
+        bin_s=fleet.bin_s,
+        arrival_counts=counts,
+        merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0,
+    )
 
 
-@pytest.mark.parametrize("name,policy,params", [("bursty", "wa_diloco", {}), ("pressure_heavy", "fixed", {"H": 64}),
-                                                ("sustained_sync_heavy", "online_forecast", {})])
+@pytest.mark.parametrize(
+    "name,policy,params",
+    [
+        ("bursty", "wa_diloco", {}),
+        ("pressure_heavy", "fixed", {"H": 64}),
+        ("sustained_sync_heavy", "online_forecast", {}),
+    ],
+)
 def test_observe_equals_a_fresh_computation(name, policy, params):
     from wadiloco.sim.fleet import Fleet
 
-    sc = with_overrides(load_scenario(ROOT / "scenarios" / f"{name}.yaml"),
-                        {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32})
+    sc = with_overrides(
+        load_scenario(ROOT / "scenarios" / f"{name}.yaml"), {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32}
+    )
     fleet = Fleet(sc, 3, policy, params)
     real = fleet.observe
     seen = []

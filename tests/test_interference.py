@@ -1,4 +1,5 @@
 """Merge/serving interference must emerge from shared resources and match the H200 measurements."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,14 +37,17 @@ def test_emergent_slowdown_matches_measurement(mode, phase, stat):
     assert abs(sim / meas - 1) <= 0.15, f"{mode}/{phase}: simulated {sim:.3f} vs measured {meas:.3f}"
 
 
-@pytest.mark.parametrize("mode,phase,resource", [
-    ("decode_graph_b64_ctx1024", "outer", "gpu"),
-    ("prefill_graph_2048", "outer", "gpu"),
-    ("decode_graph_b64_ctx1024", "stage", "gpu"),
-    ("decode_eager_b64_ctx1024", "ckpt", "host"),
-    # Staging presses on both the host and (same_gpu) the GPU: both must go.
-    ("decode_eager_b64_ctx1024", "stage", "host,gpu"),
-])
+@pytest.mark.parametrize(
+    "mode,phase,resource",
+    [
+        ("decode_graph_b64_ctx1024", "outer", "gpu"),
+        ("prefill_graph_2048", "outer", "gpu"),
+        ("decode_graph_b64_ctx1024", "stage", "gpu"),
+        ("decode_eager_b64_ctx1024", "ckpt", "host"),
+        # Staging presses on both the host and (same_gpu) the GPU: both must go.
+        ("decode_eager_b64_ctx1024", "stage", "host,gpu"),
+    ],
+)
 def test_unlimited_resource_removes_its_interference(mode, phase, resource):
     assert slowdown(mode, phase)["p50_ratio"] > 1.005  # the interference is there...
     unl = tuple(resource.split(","))
@@ -51,12 +55,16 @@ def test_unlimited_resource_removes_its_interference(mode, phase, resource):
 
 
 def _fleet_sc(unlimited=(), **extra):
-    d = {"name": "emerge", "horizon_s": 150, "drain_s": 60,
-         "fleet": {"islands": 2, "hosts_per_island": 1, "colocation": "same_gpu", "unlimited": list(unlimited)},
-         "engine": {"cuda_graphs": False},
-         "merge": {"h_min": 32, "h_max": 64},
-         "workload": {"kind": "normal", "load": 0.7},
-         "policy": {"name": "fixed", "params": {"H": 48}}}
+    d = {
+        "name": "emerge",
+        "horizon_s": 150,
+        "drain_s": 60,
+        "fleet": {"islands": 2, "hosts_per_island": 1, "colocation": "same_gpu", "unlimited": list(unlimited)},
+        "engine": {"cuda_graphs": False},
+        "merge": {"h_min": 32, "h_max": 64},
+        "workload": {"kind": "normal", "load": 0.7},
+        "policy": {"name": "fixed", "params": {"H": 48}},
+    }
     d.update(extra)
     return scenario_from_dict(d)
 
@@ -81,24 +89,35 @@ def test_merges_slow_serving_only_through_gpu_and_host():
 # _fleet_sc: 2 islands x 1 host, 1e9 params. All-reduce: one 2 GB shard per host, ring volume
 # 2*(n-1)/n = 1x, 16 Gb per flow; checkpoint: 8 GB = 64 Gb per host, over NIC, uplink, store.
 WAN = 25 * 0.6
-@pytest.mark.parametrize("unlimited,phase,expected_s", [
-    ((), "allreduce", 16 / WAN),  # bounded by the WAN uplink
-    (("links",), "allreduce", 16 / 100),  # then by the 100 Gb/s NIC
-    (("links", "nic"), "allreduce", 0.0),
-    ((), "ckpt", 64 / 5.6),  # bounded by per-host serialisation (0.7 GB/s)
-    (("storage",), "ckpt", 64 / WAN),  # then by the uplink the checkpoint crosses
-    (("storage", "links", "nic"), "ckpt", 0.0),
-    ((), "stage", 16 / 440),  # PCIe at 55 GB/s
-    (("pcie",), "stage", 0.0),
-])
+
+
+@pytest.mark.parametrize(
+    "unlimited,phase,expected_s",
+    [
+        ((), "allreduce", 16 / WAN),  # bounded by the WAN uplink
+        (("links",), "allreduce", 16 / 100),  # then by the 100 Gb/s NIC
+        (("links", "nic"), "allreduce", 0.0),
+        ((), "ckpt", 64 / 5.6),  # bounded by per-host serialisation (0.7 GB/s)
+        (("storage",), "ckpt", 64 / WAN),  # then by the uplink the checkpoint crosses
+        (("storage", "links", "nic"), "ckpt", 0.0),
+        ((), "stage", 16 / 440),  # PCIe at 55 GB/s
+        (("pcie",), "stage", 0.0),
+    ],
+)
 def test_unlimited_bandwidth_removes_its_phase_time(unlimited, phase, expected_s):
     got = simulate(_fleet_sc(unlimited), 1).summary["merge_phase_mean_s"][phase]
     assert got == pytest.approx(expected_s, rel=1e-9, abs=1e-9)
 
 
 def test_default_merge_duration_emerges_near_8s():
-    sc = scenario_from_dict({"name": "dur", "horizon_s": 200, "workload": {"kind": "normal", "load": 0.3},
-                             "policy": {"name": "fixed", "params": {"H": 128}}})
+    sc = scenario_from_dict(
+        {
+            "name": "dur",
+            "horizon_s": 200,
+            "workload": {"kind": "normal", "load": 0.3},
+            "policy": {"name": "fixed", "params": {"H": 128}},
+        }
+    )
     s = simulate(sc, 0).summary
     assert s["merges"] >= 2
     assert 6.0 <= s["merge_duration_mean_s"] <= 10.0

@@ -4,6 +4,7 @@
 - no module imports a bare top-level `sim`, `models`, `experiments` or `benchmarks`, which would
   pick up whatever folder of that name sits on the user's path.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,9 +25,14 @@ def test_every_package_folder_is_installed():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     listed = {p.strip() for p in cfg["options"]["packages"].split() if p.strip()}
-    found = {"wadiloco." + ".".join(init.parent.relative_to(ROOT).parts)
-             for top in TOP for init in (ROOT / top).rglob("__init__.py")}
-    assert found == listed, f"setup.cfg packages differ from the folders: missing {found - listed}, extra {listed - found}"
+    found = {
+        "wadiloco." + ".".join(init.parent.relative_to(ROOT).parts)
+        for top in TOP
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found == listed, (
+        f"setup.cfg packages differ from the folders: missing {found - listed}, extra {listed - found}"
+    )
 
 
 def test_no_bare_top_level_imports():

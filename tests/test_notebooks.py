@@ -1,4 +1,5 @@
 """Every notebook in notebooks/ runs top to bottom without errors (at the small sizes it ships with)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,12 @@ def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
 
 def test_notebooks_exist():
     names = {p.name for p in NOTEBOOKS}
-    assert {"01_quickstart.ipynb", "02_calibration_protocol.ipynb", "03_capacity_planning.ipynb",
-            "04_why_matched_random.ipynb"} <= names
+    assert {
+        "01_quickstart.ipynb",
+        "02_calibration_protocol.ipynb",
+        "03_capacity_planning.ipynb",
+        "04_why_matched_random.ipynb",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -5,6 +5,7 @@ policy's decisions before t must be identical, because nothing it observes befor
 what arrives after t. The oracle, which reads the whole trace, is the positive control: its
 decisions before t do change.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 T_CUT = 60.0
 SC = {"horizon_s": 110, "drain_s": 5, "merge.h_min": 24, "merge.h_max": 64, "policy.params.H": 48}
 REF = {"merges": 3, "steps": 205}  # a fixed budget for the matched controls, so both runs get the same
-ONLINE = [(n, {"H": 48} if n in ("fixed", "pressure_gated") else {})
-          for n, c in sorted(POLICIES.items()) if not c.oracle] + [
-    ("online_forecast", {"forecaster": "holt_winters", "refit_s": 10, "season_s": 20})]
+ONLINE = [
+    (n, {"H": 48} if n in ("fixed", "pressure_gated") else {}) for n, c in sorted(POLICIES.items()) if not c.oracle
+] + [("online_forecast", {"forecaster": "holt_winters", "refit_s": 10, "season_s": 20})]
 
 
 def _perturb(arrivals: list[Arrivals], how: str, rng: np.random.Generator) -> list[Arrivals]:
@@ -39,8 +40,13 @@ def _perturb(arrivals: list[Arrivals], how: str, rng: np.random.Generator) -> li
             o = np.concatenate([a.output[keep], rng.integers(50, 400, 400), a.output[~keep]])
             order = np.argsort(t, kind="stable")
             t, p, o = t[order], p[order], o[order]
-        out.append(Arrivals(np.ascontiguousarray(t), np.ascontiguousarray(p, dtype=np.int64),
-                            np.ascontiguousarray(o, dtype=np.int64)))
+        out.append(
+            Arrivals(
+                np.ascontiguousarray(t),
+                np.ascontiguousarray(p, dtype=np.int64),
+                np.ascontiguousarray(o, dtype=np.int64),
+            )
+        )
     return out
 
 
@@ -60,8 +66,11 @@ def setting():
 @pytest.mark.parametrize("name,params", ONLINE, ids=lambda x: x if isinstance(x, str) else "")
 def test_online_decisions_before_t_ignore_arrivals_after_t(setting, name, params):
     sc, arr = setting
-    kw = {"reference_merges": REF["merges"], "reference_steps": REF["steps"]} \
-        if "reference" in POLICIES[name].Params.model_fields else {}
+    kw = (
+        {"reference_merges": REF["merges"], "reference_steps": REF["steps"]}
+        if "reference" in POLICIES[name].Params.model_fields
+        else {}
+    )
     # Every run gets its arrivals injected, so every run observes on the same footing.
     runs = {k: simulate(sc, 0, name, params, arrivals=a, check=True, **kw) for k, a in arr.items()}
     base = _before(runs["same"].decisions, T_CUT)

@@ -5,6 +5,7 @@
   its output is checked (no number: 5 seeds support no claim).
 - The table renderer on a tiny synthetic summary.csv, and the README marker replacement.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,17 @@ from wadiloco.experiments.sweep import load_sweep
 ROOT = Path(__file__).resolve().parents[1]
 EXP = ROOT / "experiments"
 REGIMES = ["normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic", "azure_conv"]
-ARMS = ["no_sync", "fixed[H=256]", "fixed[H=512]", "pressure_gated", "wa_diloco", "online_forecast",
-        "offline_calibrated", "matched_random[wa_diloco]", "matched_random[online_forecast]"]
+ARMS = [
+    "no_sync",
+    "fixed[H=256]",
+    "fixed[H=512]",
+    "pressure_gated",
+    "wa_diloco",
+    "online_forecast",
+    "offline_calibrated",
+    "matched_random[wa_diloco]",
+    "matched_random[online_forecast]",
+]
 VERDICT = r"^(demonstrated$|not demonstrated: .+|n/a: .+)"
 
 
@@ -63,6 +73,7 @@ def test_paper_and_quick_differ_only_in_seeds_and_draws():
 
 # ---- paper_quick.yaml, end to end ------------------------------------------------------------
 
+
 def test_paper_quick_end_to_end(tmp_path, shared_dir, capsys):
     """experiments/paper_quick.yaml as shipped (505 runs of 600 s; about 4 minutes on 2 cores), through
     the CLI on 2 workers. Only the structure of its output is checked: 5 seeds support no claim.
@@ -88,8 +99,14 @@ def test_paper_quick_end_to_end(tmp_path, shared_dir, capsys):
     assert list(zip(summ["regime"], summ["policy"])) == want
     assert set(summ["regime"]) == set(REGIMES)
     assert ("sustained_sync_heavy", "fixed[H=512]") not in set(want)
-    for c in paper_table.REQUIRED + ["p95_ratio", "p95_ratio_ci_low", "p95_ratio_ci_high",
-                                     "mr_envelope_low", "mr_envelope_high", "load_match"]:
+    for c in paper_table.REQUIRED + [
+        "p95_ratio",
+        "p95_ratio_ci_low",
+        "p95_ratio_ci_high",
+        "mr_envelope_low",
+        "mr_envelope_high",
+        "load_match",
+    ]:
         assert c in summ.columns, c
     assert summ["verdict"].str.match(VERDICT).all()
     assert (summ.loc[summ["role"] == "baseline", "verdict"] == "n/a: no-sync baseline").all()
@@ -112,41 +129,113 @@ def test_paper_quick_end_to_end(tmp_path, shared_dir, capsys):
 
 # ---- the table renderer on a synthetic summary ----------------------------------------------
 
-def _row(regime, policy, name, role, se=np.nan, lo=np.nan, hi=np.nan, ratio=np.nan, ctrl="", p=np.nan,
-         ph=np.nan, verdict="", merges=3.0):
-    return {"regime": regime, "policy": policy, "policy_name": name, "role": role, "n_seeds": 5,
-            "merges_mean": merges, "sync_excess_mean": se, "sync_excess_ci_low": lo, "sync_excess_ci_high": hi,
-            "p95_ratio_matched": ratio, "p95_ratio_matched_ci_low": ratio - 0.1 if ratio == ratio else np.nan,
-            "p95_ratio_matched_ci_high": ratio + 0.1 if ratio == ratio else np.nan,
-            "regime_p95_ratio": 1.02 if regime == "normal" else 1.8,
-            "regime_p95_ratio_ci_low": 0.98 if regime == "normal" else 1.5,
-            "regime_p95_ratio_ci_high": 1.07 if regime == "normal" else 2.1,
-            "effect_transfers": regime != "normal", "matched_control": ctrl, "p_vs_matched_random": p,
-            "p_holm": ph, "verdict": verdict}
+
+def _row(
+    regime,
+    policy,
+    name,
+    role,
+    se=np.nan,
+    lo=np.nan,
+    hi=np.nan,
+    ratio=np.nan,
+    ctrl="",
+    p=np.nan,
+    ph=np.nan,
+    verdict="",
+    merges=3.0,
+):
+    return {
+        "regime": regime,
+        "policy": policy,
+        "policy_name": name,
+        "role": role,
+        "n_seeds": 5,
+        "merges_mean": merges,
+        "sync_excess_mean": se,
+        "sync_excess_ci_low": lo,
+        "sync_excess_ci_high": hi,
+        "p95_ratio_matched": ratio,
+        "p95_ratio_matched_ci_low": ratio - 0.1 if ratio == ratio else np.nan,
+        "p95_ratio_matched_ci_high": ratio + 0.1 if ratio == ratio else np.nan,
+        "regime_p95_ratio": 1.02 if regime == "normal" else 1.8,
+        "regime_p95_ratio_ci_low": 0.98 if regime == "normal" else 1.5,
+        "regime_p95_ratio_ci_high": 1.07 if regime == "normal" else 2.1,
+        "effect_transfers": regime != "normal",
+        "matched_control": ctrl,
+        "p_vs_matched_random": p,
+        "p_holm": ph,
+        "verdict": verdict,
+    }
 
 
 @pytest.fixture
 def synthetic(tmp_path):
-    bad = ("not demonstrated: effect does not transfer (regime p95 ratio 1.020, CI [0.980, 1.070]; needs the "
-           "CI above 1 and a ratio >= 1.05); not better than matched_random[wa_diloco] after Holm "
-           "(diff +0.10 pts, p_holm 0.8, alpha 0.05)")
+    bad = (
+        "not demonstrated: effect does not transfer (regime p95 ratio 1.020, CI [0.980, 1.070]; needs the "
+        "CI above 1 and a ratio >= 1.05); not better than matched_random[wa_diloco] after Holm "
+        "(diff +0.10 pts, p_holm 0.8, alpha 0.05)"
+    )
     rows = [
         _row("normal", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
-        _row("normal", "wa_diloco", "wa_diloco", "policy", 0.001, -0.002, 0.004, 1.01,
-             "matched_random[wa_diloco]", 0.4, 0.8, bad),
-        _row("normal", "matched_random[wa_diloco]", "matched_random", "control", 0.0, -0.001, 0.002, 1.0,
-             verdict="n/a: matched-random control"),
+        _row(
+            "normal",
+            "wa_diloco",
+            "wa_diloco",
+            "policy",
+            0.001,
+            -0.002,
+            0.004,
+            1.01,
+            "matched_random[wa_diloco]",
+            0.4,
+            0.8,
+            bad,
+        ),
+        _row(
+            "normal",
+            "matched_random[wa_diloco]",
+            "matched_random",
+            "control",
+            0.0,
+            -0.001,
+            0.002,
+            1.0,
+            verdict="n/a: matched-random control",
+        ),
         _row("bursty", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
-        _row("bursty", "offline_calibrated", "offline_calibrated", "policy", 0.0123, 0.005, 0.02, 1.5,
-             "matched_random[wa_diloco]", 0.0004, 0.0008, "demonstrated"),
-        _row("bursty", "matched_random[wa_diloco]", "matched_random", "control", 0.05, 0.04, 0.06, 2.0,
-             verdict="n/a: matched-random control"),
+        _row(
+            "bursty",
+            "offline_calibrated",
+            "offline_calibrated",
+            "policy",
+            0.0123,
+            0.005,
+            0.02,
+            1.5,
+            "matched_random[wa_diloco]",
+            0.0004,
+            0.0008,
+            "demonstrated",
+        ),
+        _row(
+            "bursty",
+            "matched_random[wa_diloco]",
+            "matched_random",
+            "control",
+            0.05,
+            0.04,
+            0.06,
+            2.0,
+            verdict="n/a: matched-random control",
+        ),
     ]
     out = tmp_path / "out"
     out.mkdir()
     pd.DataFrame(rows).to_csv(out / "summary.csv", index=False)
-    pd.DataFrame({"policy": ["no_sync", "matched_random[wa_diloco]", "matched_random[wa_diloco]"],
-                  "draw": [0, 0, 4]}).to_csv(out / "runs.csv", index=False)
+    pd.DataFrame(
+        {"policy": ["no_sync", "matched_random[wa_diloco]", "matched_random[wa_diloco]"], "draw": [0, 0, 4]}
+    ).to_csv(out / "runs.csv", index=False)
     return out
 
 
@@ -157,14 +246,18 @@ def test_table_rendering_on_synthetic_summary(synthetic):
     assert "with 5 seeds the smallest possible two-sided Wilcoxon p-value is 2/2^5 = 0.0625" in text
     # normal: regime line, short verdict, paper's finding beside it
     assert "regime p95 ratio (matched, all runs with merges) 1.020 [0.980, 1.070]; effect transfers: no." in text
-    assert ("| wa_diloco | 3.0 | +0.100 [-0.200, 0.400] | 1.010 [0.910, 1.110] | matched_random[wa_diloco] | 0.400 "
-            "| 0.800 | no: effect does not transfer; not better than matched-random | p95 ratio ~1.0; no policy "
-            "matters |") in text
+    assert (
+        "| wa_diloco | 3.0 | +0.100 [-0.200, 0.400] | 1.010 [0.910, 1.110] | matched_random[wa_diloco] | 0.400 "
+        "| 0.800 | no: effect does not transfer; not better than matched-random | p95 ratio ~1.0; no policy "
+        "matters |"
+    ) in text
     assert "| no_sync | 0.0 | +0.000 [0.000, 0.000] | n/a |  |  |  | n/a: no-sync baseline |  |" in text
     assert "p95 ratio of merge vs no-merge windows is about 1.0" in text
     # bursty: the oracle's and matched-random's paper figures, tiny p-values, R in the control's label
-    assert ("| offline_calibrated | 3.0 | +1.230 [0.500, 2.000] | 1.500 [1.400, 1.600] | matched_random[wa_diloco] "
-            "| <0.001 | <0.001 | demonstrated | 4.45% |") in text
+    assert (
+        "| offline_calibrated | 3.0 | +1.230 [0.500, 2.000] | 1.500 [1.400, 1.600] | matched_random[wa_diloco] "
+        "| <0.001 | <0.001 | demonstrated | 4.45% |"
+    ) in text
     assert "| matched_random[wa_diloco] (R=5) | 3.0 | +5.000 [4.000, 6.000] |" in text
     assert "| 6.26% |" in text
     # every table row has the same number of cells as the header
@@ -200,8 +293,11 @@ def test_short_verdicts():
     sv = paper_table.short_verdict
     assert sv("demonstrated") == "demonstrated"
     assert sv("n/a: no-sync baseline") == "n/a: no-sync baseline"
-    assert sv("not demonstrated: no matched-random control spends this policy's merge budget") == \
-        "no: no matched control"
-    assert sv("not demonstrated: incomplete (3 of 5 runs completed); loads differ (x)") == \
-        "no: incomplete (3 of 5 runs completed); loads differ"
+    assert (
+        sv("not demonstrated: no matched-random control spends this policy's merge budget") == "no: no matched control"
+    )
+    assert (
+        sv("not demonstrated: incomplete (3 of 5 runs completed); loads differ (x)")
+        == "no: incomplete (3 of 5 runs completed); loads differ"
+    )
     assert re.match(r"^no: ", sv("not demonstrated: something new")) is not None

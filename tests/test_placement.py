@@ -1,6 +1,7 @@
 """The pure placement code behind matched_random and offline_calibrated, and the forecasters:
 exact counts vs enumeration, uniform sampling (chi-square against full enumeration), optimality
 of the dynamic programme vs brute force, and the corridor semantics of the final window."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -11,8 +12,16 @@ from scipy import stats
 
 from wadiloco.models import invariants as inv
 from wadiloco.models.forecast import EWMA, HoltWinters, detect_season, window_costs
-from wadiloco.models.placement import (PlacementError, count_placements, enumerate_placements, final_window,
-                              feasible_range, min_cost_placement, sample_placement, UniformSampler)
+from wadiloco.models.placement import (
+    PlacementError,
+    UniformSampler,
+    count_placements,
+    enumerate_placements,
+    feasible_range,
+    final_window,
+    min_cost_placement,
+    sample_placement,
+)
 
 # (n, h_min, h_max, last_lo, last_hi, start)
 SMALL = [
@@ -120,6 +129,7 @@ def test_final_window_follows_the_corridor_rule():
 
 # ---- forecasters -------------------------------------------------------------------------------
 
+
 def test_ewma_forecast_is_flat_and_tracks_level():
     f = EWMA(0.5)
     f.update(np.array([10.0, 10.0, 10.0]))
@@ -145,6 +155,6 @@ def test_holt_winters_finds_the_season_and_forecasts_the_next_burst():
     for n in range(5, 601, 5):  # called every 5 bins; it refits only every 60
         hw.update(x[:n])
     fc = hw.forecast(240)
-    future_on = (((np.arange(600, 840) - 37) % 120) < 30)
+    future_on = ((np.arange(600, 840) - 37) % 120) < 30
     assert fc[future_on].mean() > 3 * fc[~future_on].mean()
     assert hw.fits <= 12  # refits every 60 bins, not every call

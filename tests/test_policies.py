@@ -1,5 +1,6 @@
 """Merge policies (SPEC.md section 3): pressure signals, decision rules on hand-made observations,
 the corridor in every regime, matched budgets, errors, the CLI, and the bursty sanity check."""
+
 from __future__ import annotations
 
 import glob
@@ -23,24 +24,55 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))
 # A scaled-down corridor so that a short run holds several merges: 100 s = ~200 inner steps.
 SHORT = {"horizon_s": 100, "drain_s": 5, "merge.h_min": 24, "merge.h_max": 64, "policy.params.H": 48}
-CORRIDOR_POLICIES = [("fixed", {"H": 48}), ("pressure_gated", {"H": 48}), ("wa_diloco", {}), ("online_forecast", {}),
-                     ("online_forecast", {"forecaster": "holt_winters", "refit_s": 20}),
-                     ("matched_random", {}), ("offline_calibrated", {})]
+CORRIDOR_POLICIES = [
+    ("fixed", {"H": 48}),
+    ("pressure_gated", {"H": 48}),
+    ("wa_diloco", {}),
+    ("online_forecast", {}),
+    ("online_forecast", {"forecaster": "holt_winters", "refit_s": 20}),
+    ("matched_random", {}),
+    ("offline_calibrated", {}),
+]
 
 
 def scenario(name: str, **overrides):
     return with_overrides(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), overrides)
 
 
-def obs(step=200, last=0, *, h_min=128, h_max=512, p_net=0.0, p_srv=0.0, p_ckpt=0.0, counts=None, now=None,
-        merges=0, dur=0.0) -> Observation:
+def obs(
+    step=200,
+    last=0,
+    *,
+    h_min=128,
+    h_max=512,
+    p_net=0.0,
+    p_srv=0.0,
+    p_ckpt=0.0,
+    counts=None,
+    now=None,
+    merges=0,
+    dur=0.0,
+) -> Observation:
     stale = step - last
     learners = tuple(LearnerSignals(1e-4 * stale, 524288.0 * stale, stale) for _ in range(4))
-    return Observation(now=now if now is not None else step * 0.5, step=step, last_merge_step=last, merges=merges,
-                       h_min=h_min, h_max=h_max, step_time_s=0.5, learners=learners, p_net=p_net, p_srv=p_srv,
-                       p_ckpt=p_ckpt, queue_len=0, running=0, bin_s=1.0,
-                       arrival_counts=np.asarray(counts if counts is not None else [], dtype=float),
-                       merge_duration_s=dur)
+    return Observation(
+        now=now if now is not None else step * 0.5,
+        step=step,
+        last_merge_step=last,
+        merges=merges,
+        h_min=h_min,
+        h_max=h_max,
+        step_time_s=0.5,
+        learners=learners,
+        p_net=p_net,
+        p_srv=p_srv,
+        p_ckpt=p_ckpt,
+        queue_len=0,
+        running=0,
+        bin_s=1.0,
+        arrival_counts=np.asarray(counts if counts is not None else [], dtype=float),
+        merge_duration_s=dur,
+    )
 
 
 def policy(name: str, **params):
@@ -48,6 +80,7 @@ def policy(name: str, **params):
 
 
 # ---- pressure signals -----------------------------------------------------------------------
+
 
 def record(sc, pol, params, seed=0):
     f = Fleet(sc, seed, pol, params)
@@ -68,7 +101,7 @@ def test_pressure_signals_in_unit_interval_and_respond():
     for name in ("normal", "pressure_heavy"):
         sc = scenario(name, horizon_s=90, drain_s=5, **{"merge.h_min": 40, "merge.h_max": 80, "policy.params.H": 40})
         runs[name] = record(sc, "fixed", {"H": 40})
-    for name, (res, seen) in runs.items():
+    for name, (_res, seen) in runs.items():
         for o in seen:
             for v in (o.p_net, o.p_srv, o.p_ckpt):
                 assert 0.0 <= v <= 1.0, (name, o.step, v)
@@ -88,8 +121,12 @@ def test_pressure_window_is_configurable():
     """With a 5 s window, network pressure is gone 10 s after a merge; with 30 s it is not."""
     vals = {}
     for w in (5.0, 30.0):
-        sc = scenario("normal", horizon_s=60, drain_s=5, **{"merge.h_min": 40, "merge.h_max": 200,
-                                                            "policy.params.H": 40, "monitor.pressure_window_s": w})
+        sc = scenario(
+            "normal",
+            horizon_s=60,
+            drain_s=5,
+            **{"merge.h_min": 40, "merge.h_max": 200, "policy.params.H": 40, "monitor.pressure_window_s": w},
+        )
         res, seen = record(sc, "fixed", {"H": 40})
         end = res.merges[0].end
         vals[w] = [o.p_net for o in seen if end + 10 < o.now < end + 12]
@@ -98,6 +135,7 @@ def test_pressure_window_is_configurable():
 
 
 # ---- decision rules on hand-made observations ------------------------------------------------
+
 
 def test_pressure_gated_defers_and_is_forced_at_h_max():
     p = policy("pressure_gated", H=256, threshold=0.5)
@@ -138,7 +176,7 @@ def test_online_forecast_merges_in_lulls_not_in_bursts():
         out = []
         for k in range(2 * t0, 2 * t1):
             now = k / 2
-            out.append(pol.decide(obs(300 + k - 2 * t0, counts=counts[:int(now)], now=now, **kw)))
+            out.append(pol.decide(obs(300 + k - 2 * t0, counts=counts[: int(now)], now=now, **kw)))
         return out
 
     assert any(walk(policy("online_forecast"), 280, 350))  # the lull after the third burst
@@ -193,6 +231,7 @@ def test_corridor_every_policy_every_regime(path, pol, params):
 
 # ---- matched budgets ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pol", ["matched_random", "offline_calibrated"])
 def test_matched_budget_equals_reference(pol):
     """Narrow full-size corridor [128, 256] and a reference that packs merges at h_min: the runner
@@ -221,9 +260,16 @@ def test_matched_count_that_cannot_fit_is_an_input_error():
     assert e.value.where == "policy.params.reference"
 
 
-@pytest.mark.parametrize("params", [{"reference": "nope"}, {"reference": "no_sync"},
-                                    {"reference": "matched_random"}, {"reference_params": {"H": -1}},
-                                    {"reference": "fixed", "reference_params": {"bogus": 1}}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"reference": "nope"},
+        {"reference": "no_sync"},
+        {"reference": "matched_random"},
+        {"reference_params": {"H": -1}},
+        {"reference": "fixed", "reference_params": {"bogus": 1}},
+    ],
+)
 def test_bad_reference_params_are_input_errors(params):
     with pytest.raises(InputError) as e:
         parse_policy("matched_random", params)
@@ -231,6 +277,7 @@ def test_bad_reference_params_are_input_errors(params):
 
 
 # ---- CLI -------------------------------------------------------------------------------------
+
 
 def test_cli_policies_lists_every_policy_with_defaults(capsys):
     assert cli_main(["policies"]) == 0
@@ -245,7 +292,9 @@ def test_cli_policies_lists_every_policy_with_defaults(capsys):
 
 def test_cli_run_every_policy(tmp_path, capsys):
     data = yaml.safe_load((ROOT / "scenarios" / "bursty.yaml").read_text())
-    data.update(horizon_s=80, drain_s=5, merge={"h_min": 24, "h_max": 64}, policy={"name": "fixed", "params": {"H": 48}})
+    data.update(
+        horizon_s=80, drain_s=5, merge={"h_min": 24, "h_max": 64}, policy={"name": "fixed", "params": {"H": 48}}
+    )
     f = tmp_path / "short.yaml"
     f.write_text(yaml.safe_dump(data))
     for name in POLICIES:
@@ -265,6 +314,7 @@ def test_cli_run_every_policy(tmp_path, capsys):
 
 
 # ---- sanity on the bursty regime -------------------------------------------------------------
+
 
 def test_bursty_oracle_overlaps_fewer_requests_than_matched_random():
     """The oracle minimises (expected) overlap with the same budget as matched-random, so over 10

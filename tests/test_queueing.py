@@ -12,6 +12,7 @@
 
 No timing assertions here: speed lives in `python -m wadiloco.benchmarks`.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,15 +43,19 @@ def latency(a=0.0, b=0.0, c=0.0, d=0.0) -> LatencyModel:
 
 def one_sidecar(horizon_s: float, drain_s: float, **engine) -> Scenario:
     """One island, one host, one sidecar, never merging; the trainer and monitor stay out of the way."""
-    return scenario_from_dict({
-        "name": "one-sidecar", "horizon_s": horizon_s, "drain_s": drain_s,
-        "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1},
-        "engine": engine,
-        "policy": {"name": "no_sync"},
-        "training": {"step_time_s": 1.0e7},  # no inner step ends inside the run
-        "monitor": {"sample_s": 100.0},
-        "workload": {"kind": "normal"},  # unused when arrivals are injected
-    })
+    return scenario_from_dict(
+        {
+            "name": "one-sidecar",
+            "horizon_s": horizon_s,
+            "drain_s": drain_s,
+            "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1},
+            "engine": engine,
+            "policy": {"name": "no_sync"},
+            "training": {"step_time_s": 1.0e7},  # no inner step ends inside the run
+            "monitor": {"sample_s": 100.0},
+            "workload": {"kind": "normal"},  # unused when arrivals are injected
+        }
+    )
 
 
 def assert_same_times(got: dict, want: dict, what: str, atol: float = ATOL) -> None:
@@ -62,8 +67,10 @@ def assert_same_times(got: dict, want: dict, what: str, atol: float = ATOL) -> N
         err = np.abs(x[~nx] - y[~ny])
         if err.size and err.max() > atol:
             i = int(np.flatnonzero(~nx)[int(err.argmax())])
-            raise AssertionError(f"{what}: {k} differs by up to {err.max():.3g} s "
-                                 f"(request {i}: {x[i]!r} vs {y[i]!r}; {(err > atol).sum()} requests off)")
+            raise AssertionError(
+                f"{what}: {k} differs by up to {err.max():.3g} s "
+                f"(request {i}: {x[i]!r} vs {y[i]!r}; {(err > atol).sum()} requests off)"
+            )
 
 
 # =============================================================================================
@@ -106,9 +113,15 @@ def lindley_means(t: np.ndarray, s: np.ndarray) -> tuple[float, float]:
 
 
 def run_mm1(t: np.ndarray, prompt: np.ndarray, fast_forward: bool = True):
-    sc = one_sidecar(horizon_s=float(t[-1]) + 1.0, drain_s=1000.0, max_num_seqs=1,
-                     max_num_batched_tokens=1_000_000, host_overhead_s=0.0, cuda_graphs=True,
-                     fast_forward=fast_forward)
+    sc = one_sidecar(
+        horizon_s=float(t[-1]) + 1.0,
+        drain_s=1000.0,
+        max_num_seqs=1,
+        max_num_batched_tokens=1_000_000,
+        host_overhead_s=0.0,
+        cuda_graphs=True,
+        fast_forward=fast_forward,
+    )
     assert prompt.max() < sc.engine.max_num_batched_tokens  # no chunking
     arr = Arrivals(t, prompt, np.ones(len(t), dtype=np.int64))
     fleet = Fleet(sc, 0, arrivals=[arr], latency=latency(b=B))
@@ -169,9 +182,10 @@ def overlap(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> np.ndar
     return np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0.0, None)
 
 
-@pytest.mark.parametrize("stage,begin,end", [("system", "arrival", "finish"),
-                                             ("queue", "arrival", "admitted"),
-                                             ("batch", "admitted", "finish")])
+@pytest.mark.parametrize(
+    "stage,begin,end",
+    [("system", "arrival", "finish"), ("queue", "arrival", "admitted"), ("batch", "admitted", "finish")],
+)
 def test_littles_law(bursty_run, stage, begin, end):
     r = bursty_run.requests
     assert r["completed"].all()
@@ -203,16 +217,19 @@ def test_monitor_counts_match_request_times(bursty_run):
 # fast-forward == per-iteration stepping
 
 
-MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32},
-         "merge.h_min": 32}
+MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
     pytest.param("bursty", {"engine.cuda_graphs": False}, id="bursty-eager"),  # host-bound iterations
-    pytest.param("bursty", {"engine.max_num_seqs": 16, "engine.max_num_batched_tokens": 512},
-                 id="bursty-small-batches"),  # chunked prefill, full batches
+    pytest.param(
+        "bursty", {"engine.max_num_seqs": 16, "engine.max_num_batched_tokens": 512}, id="bursty-small-batches"
+    ),  # chunked prefill, full batches
     # two sidecars per host: merge work on the host must reach both engines' CPU paths
-    pytest.param("bursty", {"engine.cuda_graphs": False, "fleet.sidecars_per_host": 2, "fleet.islands": 2},
-                 id="bursty-eager-2-per-host"),
+    pytest.param(
+        "bursty",
+        {"engine.cuda_graphs": False, "fleet.sidecars_per_host": 2, "fleet.islands": 2},
+        id="bursty-eager-2-per-host",
+    ),
 ]
 
 
@@ -257,8 +274,11 @@ def _events(fleet: Fleet) -> tuple:
 LOOKAHEAD_CASES = FF_CASES + [
     # long gaps between decisions and samples (more room to run ahead), islands far out of step,
     # one island
-    pytest.param("bursty", {"monitor.sample_s": 7.3, "training.step_time_s": 0.2, "training.step_jitter": 0.5,
-                            "fleet.islands": 2}, id="bursty-sparse-jittery"),
+    pytest.param(
+        "bursty",
+        {"monitor.sample_s": 7.3, "training.step_time_s": 0.2, "training.step_jitter": 0.5, "fleet.islands": 2},
+        id="bursty-sparse-jittery",
+    ),
     pytest.param("aperiodic", {"fleet.islands": 1}, id="aperiodic-1-island"),
 ]
 
@@ -266,8 +286,9 @@ LOOKAHEAD_CASES = FF_CASES + [
 @pytest.mark.parametrize("policy", ["wa_diloco", "online_forecast"])  # they act on what they observe
 @pytest.mark.parametrize("name,extra", LOOKAHEAD_CASES)
 def test_lookahead_is_bit_identical(name, extra, policy):
-    sc = with_overrides(_scenario_for(name, extra),
-                        {"policy.name": policy, "policy.params": {}, "merge.h_max": 64})  # merges every <= 32 s
+    sc = with_overrides(
+        _scenario_for(name, extra), {"policy.name": policy, "policy.params": {}, "merge.h_max": 64}
+    )  # merges every <= 32 s
     on, n_on = _events(Fleet(sc, 2, lookahead=True))
     off, n_off = _events(Fleet(sc, 2, lookahead=False))
     assert off.summary["merges"] >= 2 and off.summary["contended_iterations"] > 0, "no merge met serving"
@@ -277,8 +298,10 @@ def test_lookahead_is_bit_identical(name, extra, policy):
     for k in off.timeline:
         np.testing.assert_array_equal(on.timeline[k], off.timeline[k], err_msg=k)
     assert on.decisions == off.decisions
-    assert [(m.step, m.start, m.end, m.phases) for m in on.merges] == \
-        [(m.step, m.start, m.end, m.phases) for m in off.merges]
+    assert [(m.step, m.start, m.end, m.phases) for m in on.merges] == [
+        (m.step, m.start, m.end, m.phases) for m in off.merges
+    ]
+
     def summary(r):  # as text, so that a NaN equals a NaN
         return json.dumps({k: v for k, v in r.summary.items() if k != "wall_time_s"}, sort_keys=True, default=str)
 
@@ -312,17 +335,34 @@ REF_ENGINES = {
 @pytest.mark.parametrize("fast_forward", [True, False], ids=["ff", "per-iter"])
 @pytest.mark.parametrize("engine", list(REF_ENGINES))
 def test_engine_matches_reference(engine, fast_forward):
-    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {
-        "horizon_s": 150.0, "drain_s": 60.0, "policy.name": "no_sync", "policy.params": {},
-        "fleet.islands": 1, "fleet.hosts_per_island": 1, "fleet.sidecars_per_host": 1,
-        "engine.fast_forward": fast_forward, **{f"engine.{k}": v for k, v in REF_ENGINES[engine].items()}})
+    sc = with_overrides(
+        load_scenario(ROOT / "scenarios" / "bursty.yaml"),
+        {
+            "horizon_s": 150.0,
+            "drain_s": 60.0,
+            "policy.name": "no_sync",
+            "policy.params": {},
+            "fleet.islands": 1,
+            "fleet.hosts_per_island": 1,
+            "fleet.sidecars_per_host": 1,
+            "engine.fast_forward": fast_forward,
+            **{f"engine.{k}": v for k, v in REF_ENGINES[engine].items()},
+        },
+    )
     fleet = Fleet(sc, seed=5)
     res = fleet.run()
     assert res.summary["merges"] == 0 and res.summary["contended_iterations"] == 0
     arr = fleet.arrivals[0]
-    ref = serve(arr.t, arr.prompt, arr.output, fleet.lat, max_num_seqs=sc.engine.max_num_seqs,
-                max_num_batched_tokens=sc.engine.max_num_batched_tokens, host_s=fleet.host_s,
-                until=sc.horizon_s + sc.drain_s)
+    ref = serve(
+        arr.t,
+        arr.prompt,
+        arr.output,
+        fleet.lat,
+        max_num_seqs=sc.engine.max_num_seqs,
+        max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+        host_s=fleet.host_s,
+        until=sc.horizon_s + sc.drain_s,
+    )
     assert len(arr) > 300 and res.requests["output"].max() > 1
     assert_same_times(res.requests, vars(ref), f"engine ({engine}, ff={fast_forward}) vs reference")
     assert res.summary["engine_iterations"] == ref.iterations
@@ -340,10 +380,17 @@ def small_workload(draw):
     t = np.cumsum(np.asarray(gaps, float) / 64.0)
     prompt = np.asarray(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), np.int64)
     output = np.asarray(draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)), np.int64)
-    lat = latency(a=draw(dyadic), b=draw(st.sampled_from([0.0, 2.0**-12, 2.0**-9])),
-                  c=draw(st.sampled_from([0.0, 2.0**-16, 2.0**-13])), d=draw(st.sampled_from([0.0, 2.0**-10])))
-    engine = dict(max_num_seqs=draw(st.integers(1, 12)), max_num_batched_tokens=draw(st.integers(16, 400)),
-                  host_s=draw(st.sampled_from([0.0, 2.0**-8, 2.0**-5])))
+    lat = latency(
+        a=draw(dyadic),
+        b=draw(st.sampled_from([0.0, 2.0**-12, 2.0**-9])),
+        c=draw(st.sampled_from([0.0, 2.0**-16, 2.0**-13])),
+        d=draw(st.sampled_from([0.0, 2.0**-10])),
+    )
+    engine = dict(
+        max_num_seqs=draw(st.integers(1, 12)),
+        max_num_batched_tokens=draw(st.integers(16, 400)),
+        host_s=draw(st.sampled_from([0.0, 2.0**-8, 2.0**-5])),
+    )
     return Arrivals(t, prompt, output), lat, engine
 
 
@@ -372,11 +419,14 @@ def test_engine_matches_reference_on_ties(case):
 # jobs) and the per-request times must not move.
 
 
-@pytest.mark.parametrize("name,extra", [
-    pytest.param("bursty", {}, id="bursty"),
-    pytest.param("bursty", {"engine.cuda_graphs": False}, id="bursty-eager"),
-    pytest.param("sustained_sync_heavy", {}, id="sustained_sync_heavy"),  # same_gpu: outer step on the serving GPU
-])
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        pytest.param("bursty", {}, id="bursty"),
+        pytest.param("bursty", {"engine.cuda_graphs": False}, id="bursty-eager"),
+        pytest.param("sustained_sync_heavy", {}, id="sustained_sync_heavy"),  # same_gpu: outer step on the serving GPU
+    ],
+)
 def test_hold_fast_path_matches_fabric(monkeypatch, name, extra):
     import wadiloco.sim.engine
 

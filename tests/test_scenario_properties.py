@@ -1,5 +1,6 @@
 """Property tests: any document either loads as a Scenario or fails with InputError, never with
 another exception (the loader is the first thing every user input meets)."""
+
 from __future__ import annotations
 
 import math
@@ -11,15 +12,39 @@ from wadiloco.models.config import Scenario, read_yaml, scenario_from_dict
 from wadiloco.models.errors import InputError
 
 SECTIONS = {name: f.annotation for name, f in Scenario.model_fields.items() if not f.exclude}
-KEYS = sorted({*SECTIONS, "kind", "load", "period_s", "name", "params", "H", "islands", "h_min", "h_max",
-               "ttft_s", "path", "colocation", "unlimited", "bogus"})
+KEYS = sorted(
+    {
+        *SECTIONS,
+        "kind",
+        "load",
+        "period_s",
+        "name",
+        "params",
+        "H",
+        "islands",
+        "h_min",
+        "h_max",
+        "ttft_s",
+        "path",
+        "colocation",
+        "unlimited",
+        "bogus",
+    }
+)
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
-                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
-                    st.sampled_from(["normal", "bursty", "trace", "fixed", "no_sync", "same_gpu", "gpu"]))
-values = st.recursive(scalars, lambda ch: st.one_of(st.lists(ch, max_size=3),
-                                                    st.dictionaries(st.sampled_from(KEYS), ch, max_size=4)),
-                      max_leaves=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["normal", "bursty", "trace", "fixed", "no_sync", "same_gpu", "gpu"]),
+)
+values = st.recursive(
+    scalars,
+    lambda ch: st.one_of(st.lists(ch, max_size=3), st.dictionaries(st.sampled_from(KEYS), ch, max_size=4)),
+    max_leaves=12,
+)
 documents = st.one_of(values, st.dictionaries(st.sampled_from(KEYS), values, max_size=6))
 
 

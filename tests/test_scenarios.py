@@ -1,5 +1,6 @@
 """Scenario files load, bad ones fail with a message naming the file and field, and the CLI
 turns that into exit 2 with no traceback and no output files."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,8 +15,15 @@ from wadiloco.models.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
-REGIMES = {"normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic", "azure_conv",
-           "mooncake_synthetic"}
+REGIMES = {
+    "normal",
+    "pressure_heavy",
+    "sustained_sync_heavy",
+    "bursty",
+    "aperiodic",
+    "azure_conv",
+    "mooncake_synthetic",
+}
 
 
 def test_every_regime_has_a_scenario():
@@ -84,12 +92,15 @@ def test_bad_scenario_names_file_and_field(tmp_path, patch, field):
     assert str(p) in msg and field in msg, msg
 
 
-@pytest.mark.parametrize("text,where", [
-    ("name: [unclosed\n", "line"),
-    ("- just\n- a list\n", "top level"),
-    ("", "top level"),
-    ("name: x\nname: y\n\tbad: tab\n", "line"),
-])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ("name: [unclosed\n", "line"),
+        ("- just\n- a list\n", "top level"),
+        ("", "top level"),
+        ("name: x\nname: y\n\tbad: tab\n", "line"),
+    ],
+)
 def test_malformed_yaml(tmp_path, text, where):
     p = _write(tmp_path, text)
     with pytest.raises(InputError) as ei:
@@ -112,8 +123,9 @@ def test_overrides_revalidate():
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "wadiloco.experiments.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "wadiloco.experiments.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 @pytest.mark.parametrize("patch,field", BAD[:6] + BAD[14:16] + BAD[21:23], ids=lambda x: str(x)[:20])

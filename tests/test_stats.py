@@ -1,14 +1,21 @@
 """Statistics and the claim gate: Holm against statsmodels, bootstrap CI coverage, degenerate data,
 the paired test, and the verdicts on synthetic runs with known answers."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from wadiloco.experiments.stats import CI, bootstrap_mean_ci, bootstrap_ratio_of_means_ci, envelope, holm, paired_wilcoxon
+from wadiloco.experiments.stats import (
+    CI,
+    bootstrap_mean_ci,
+    bootstrap_ratio_of_means_ci,
+    envelope,
+    holm,
+    paired_wilcoxon,
+)
 
 
 def test_holm_matches_statsmodels():
@@ -116,22 +123,63 @@ def test_envelope():
 
 # ---- the claim gate on synthetic runs ----------------------------------------------------------
 
+
 def _plan(n_seeds=8, draws=5):
     arms = [
-        {"label": "no_sync", "name": "no_sync", "params": {}, "params_hash": "b", "draws": 1, "role": "baseline",
-         "reference": None},
-        {"label": "smart", "name": "wa_diloco", "params": {}, "params_hash": "s", "draws": 1, "role": "policy",
-         "reference": None},
-        {"label": "dumb", "name": "fixed", "params": {}, "params_hash": "d", "draws": 1, "role": "policy",
-         "reference": None},
-        {"label": "oracle", "name": "offline_calibrated", "params": {}, "params_hash": "o", "draws": 1,
-         "role": "policy", "reference": "smart"},
-        {"label": "mr[smart]", "name": "matched_random", "params": {}, "params_hash": "m", "draws": draws,
-         "role": "control", "reference": "smart"},
+        {
+            "label": "no_sync",
+            "name": "no_sync",
+            "params": {},
+            "params_hash": "b",
+            "draws": 1,
+            "role": "baseline",
+            "reference": None,
+        },
+        {
+            "label": "smart",
+            "name": "wa_diloco",
+            "params": {},
+            "params_hash": "s",
+            "draws": 1,
+            "role": "policy",
+            "reference": None,
+        },
+        {
+            "label": "dumb",
+            "name": "fixed",
+            "params": {},
+            "params_hash": "d",
+            "draws": 1,
+            "role": "policy",
+            "reference": None,
+        },
+        {
+            "label": "oracle",
+            "name": "offline_calibrated",
+            "params": {},
+            "params_hash": "o",
+            "draws": 1,
+            "role": "policy",
+            "reference": "smart",
+        },
+        {
+            "label": "mr[smart]",
+            "name": "matched_random",
+            "params": {},
+            "params_hash": "m",
+            "draws": draws,
+            "role": "control",
+            "reference": "smart",
+        },
     ]
-    return {"regimes": [{"name": "r", "scenario_hash": "h"}], "arms": arms, "seeds": list(range(n_seeds)),
-            "timeline_seed": 0, "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
-            "gate": {"alpha": 0.05, "min_p95_ratio": 1.05, "transfer": "matched", "envelope": [2.5, 97.5]}}
+    return {
+        "regimes": [{"name": "r", "scenario_hash": "h"}],
+        "arms": arms,
+        "seeds": list(range(n_seeds)),
+        "timeline_seed": 0,
+        "bootstrap": {"n_resamples": 500, "confidence": 0.95, "method": "BCa", "seed": 0},
+        "gate": {"alpha": 0.05, "min_p95_ratio": 1.05, "transfer": "matched", "envelope": [2.5, 97.5]},
+    }
 
 
 def _runs(plan, rate: dict, slow=1.5, hashes=None, rng_seed=0):
@@ -145,15 +193,33 @@ def _runs(plan, rate: dict, slow=1.5, hashes=None, rng_seed=0):
             for d in range(arm["draws"]):
                 merging = arm["role"] != "baseline"
                 base = 2.0 + rng.normal(0, 0.05)
-                rows.append({
-                    "scenario_hash": "h", "policy_label": arm["label"], "params_hash": arm["params_hash"], "seed": s,
-                    "draw": d, "status": "ok", "error": None, "reference": None, "attempts": 1,
-                    "summary": {"requests": 1000, "completed": 1000, "slo_violations": int(rate[arm["label"]](s, d) * 1000),
-                                "slo_violation_rate": rate[arm["label"]](s, d), "merges": 3 if merging else 0,
-                                "inner_steps": 1000, "final_loss": 3.0, "arrivals_hash": (hashes or {}).get((arm["label"], s), f"a{s}"),
-                                "e2e_p95_overlap_s": 2.5 if merging else None, "e2e_p95_no_overlap_s": 2.0,
-                                "e2e_p95_overlap_matched_s": base * slow if merging else None,
-                                "e2e_p95_overlap_baseline_s": base if merging else None}})
+                rows.append(
+                    {
+                        "scenario_hash": "h",
+                        "policy_label": arm["label"],
+                        "params_hash": arm["params_hash"],
+                        "seed": s,
+                        "draw": d,
+                        "status": "ok",
+                        "error": None,
+                        "reference": None,
+                        "attempts": 1,
+                        "summary": {
+                            "requests": 1000,
+                            "completed": 1000,
+                            "slo_violations": int(rate[arm["label"]](s, d) * 1000),
+                            "slo_violation_rate": rate[arm["label"]](s, d),
+                            "merges": 3 if merging else 0,
+                            "inner_steps": 1000,
+                            "final_loss": 3.0,
+                            "arrivals_hash": (hashes or {}).get((arm["label"], s), f"a{s}"),
+                            "e2e_p95_overlap_s": 2.5 if merging else None,
+                            "e2e_p95_no_overlap_s": 2.0,
+                            "e2e_p95_overlap_matched_s": base * slow if merging else None,
+                            "e2e_p95_overlap_baseline_s": base if merging else None,
+                        },
+                    }
+                )
     return runs_table(plan, rows)
 
 
@@ -168,11 +234,13 @@ def test_claim_gate_demonstrated_when_everything_holds():
     plan = _plan()
     rng = np.random.default_rng(1)
     noise = {s: rng.normal(0, 0.002) for s in plan["seeds"]}
-    rate = {"no_sync": lambda s, d: 0.02 + noise[s],
-            "smart": lambda s, d: 0.03 + noise[s] + 0.001 * (s % 3),
-            "dumb": lambda s, d: 0.05 + noise[s] + 0.001 * (s % 2),
-            "oracle": lambda s, d: 0.025 + noise[s] + 0.0005 * (s % 4),
-            "mr[smart]": lambda s, d: 0.045 + noise[s] + 0.002 * ((s * 7 + d * 3) % 5)}
+    rate = {
+        "no_sync": lambda s, d: 0.02 + noise[s],
+        "smart": lambda s, d: 0.03 + noise[s] + 0.001 * (s % 3),
+        "dumb": lambda s, d: 0.05 + noise[s] + 0.001 * (s % 2),
+        "oracle": lambda s, d: 0.025 + noise[s] + 0.0005 * (s % 4),
+        "mr[smart]": lambda s, d: 0.045 + noise[s] + 0.002 * ((s * 7 + d * 3) % 5),
+    }
     s, res = _verdicts(plan, _runs(plan, rate))
     assert s.loc["smart", "verdict"] == "demonstrated"
     assert s.loc["oracle", "verdict"] == "demonstrated"  # spends smart's budget: paired with mr[smart]
@@ -180,20 +248,30 @@ def test_claim_gate_demonstrated_when_everything_holds():
     assert s.loc["dumb", "verdict"].startswith("not demonstrated: no matched-random control")
     assert s.loc["no_sync", "verdict"].startswith("n/a") and s.loc["mr[smart]", "verdict"].startswith("n/a")
     assert s.loc["smart", "sync_excess_mean"] == pytest.approx(0.01 + 0.001 * np.mean([x % 3 for x in range(8)]))
-    assert s.loc["smart", "sync_excess_ci_low"] <= s.loc["smart", "sync_excess_mean"] <= s.loc["smart", "sync_excess_ci_high"]
+    assert (
+        s.loc["smart", "sync_excess_ci_low"]
+        <= s.loc["smart", "sync_excess_mean"]
+        <= s.loc["smart", "sync_excess_ci_high"]
+    )
     lo, hi = s.loc["smart", "mr_envelope_low"], s.loc["smart", "mr_envelope_high"]
     assert lo < hi and lo >= 0.02 and hi <= 0.034
     comps = res["comparisons"]
     assert len(comps) == 2
     np.testing.assert_allclose(comps["p_holm"], holm(comps["p_value"]))
-    assert bool(s.loc["smart", "effect_transfers"]) and s.loc["smart", "regime_p95_ratio"] == pytest.approx(1.5, rel=0.01)
+    assert bool(s.loc["smart", "effect_transfers"]) and s.loc["smart", "regime_p95_ratio"] == pytest.approx(
+        1.5, rel=0.01
+    )
 
 
 def test_claim_gate_reasons():
     plan = _plan()
-    rate = {"no_sync": lambda s, d: 0.02, "smart": lambda s, d: 0.03 + 0.001 * (s % 3),
-            "dumb": lambda s, d: 0.05, "oracle": lambda s, d: 0.03,
-            "mr[smart]": lambda s, d: 0.03 + 0.001 * ((s + d) % 3)}
+    rate = {
+        "no_sync": lambda s, d: 0.02,
+        "smart": lambda s, d: 0.03 + 0.001 * (s % 3),
+        "dumb": lambda s, d: 0.05,
+        "oracle": lambda s, d: 0.03,
+        "mr[smart]": lambda s, d: 0.03 + 0.001 * ((s + d) % 3),
+    }
     # ties matched-random
     s, _ = _verdicts(plan, _runs(plan, rate))
     assert "not better than mr[smart] after Holm" in s.loc["smart", "verdict"]

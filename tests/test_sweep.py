@@ -4,19 +4,26 @@ The sweeps here are `experiments/smoke.yaml` shrunk to 60 s horizons on a 2-host
 0.1 s per run), plus two test-only policies from tests/sweep_plugins.py, which reach spawned and
 Dask workers through $WADILOCO_PLUGINS.
 """
+
 from __future__ import annotations
 
 import os
 
 import pandas as pd
 import pytest
+from sweep_helpers import (
+    ROOT,
+    plugins_env,  # noqa: F401 (an autouse fixture: imported to take effect)
+    store_rows,
+    tiny_sweep_dict,
+    total_runs,
+    write_sweep,
+)
+from sweep_helpers import kill_when as _kill_when
+from sweep_helpers import spawn_sweep as _spawn_sweep
 
 from wadiloco.experiments.cli import main
 from wadiloco.models.errors import InputError
-from sweep_helpers import (ROOT, plugins_env, store_rows, tiny_sweep_dict, total_runs,  # noqa: F401
-                           write_sweep)
-from sweep_helpers import kill_when as _kill_when
-from sweep_helpers import spawn_sweep as _spawn_sweep
 
 
 @pytest.fixture(scope="module")
@@ -35,36 +42,64 @@ def tiny(tmp_path_factory):
 BAD = [
     ("missing scenario", lambda d: d["regimes"].append("no/such/scenario.yaml"), "regimes.2.path"),
     ("unknown policy", lambda d: d["policies"].append({"name": "no_such_policy"}), "policies.6.name"),
-    ("matched_random without reference", lambda d: d["policies"].append({"name": "matched_random", "draws": 2}),
-     "policies.6.references"),
-    ("reference to an unknown label", lambda d: d["policies"].append(
-        {"name": "matched_random", "references": ["nope"]}), "policies.6.references.0"),
-    ("reference in params", lambda d: d["policies"].append(
-        {"name": "matched_random", "params": {"reference": "fixed"}, "references": ["fixed"]}),
-     "policies.6.params.reference"),
-    ("references on a plain policy", lambda d: d["policies"].append(
-        {"name": "fixed", "label": "f2", "references": ["fixed"]}), "policies.6.references"),
-    ("bad policy param", lambda d: d["policies"].append({"name": "fixed", "label": "f2", "params": {"H": -3}}),
-     "policies.6.params.H"),
+    (
+        "matched_random without reference",
+        lambda d: d["policies"].append({"name": "matched_random", "draws": 2}),
+        "policies.6.references",
+    ),
+    (
+        "reference to an unknown label",
+        lambda d: d["policies"].append({"name": "matched_random", "references": ["nope"]}),
+        "policies.6.references.0",
+    ),
+    (
+        "reference in params",
+        lambda d: d["policies"].append(
+            {"name": "matched_random", "params": {"reference": "fixed"}, "references": ["fixed"]}
+        ),
+        "policies.6.params.reference",
+    ),
+    (
+        "references on a plain policy",
+        lambda d: d["policies"].append({"name": "fixed", "label": "f2", "references": ["fixed"]}),
+        "policies.6.references",
+    ),
+    (
+        "bad policy param",
+        lambda d: d["policies"].append({"name": "fixed", "label": "f2", "params": {"H": -3}}),
+        "policies.6.params.H",
+    ),
     ("unknown key", lambda d: d.update(sedes=3), "sedes"),
     ("unknown key in bootstrap", lambda d: d["bootstrap"].update(n_resample=10), "bootstrap.n_resample"),
     ("no no_sync", lambda d: d.update(policies=[p for p in d["policies"] if p["name"] != "no_sync"]), "policies"),
-    ("duplicate label", lambda d: d["policies"].append({"name": "fixed", "params": {"H": 40}, "label": "wa_diloco"}),
-     "policies.6.label"),
+    (
+        "duplicate label",
+        lambda d: d["policies"].append({"name": "fixed", "params": {"H": 40}, "label": "wa_diloco"}),
+        "policies.6.label",
+    ),
     ("zero seeds", lambda d: d.update(seeds=0), "seeds"),
     ("repeated seeds", lambda d: d.update(seeds=[1, 1]), "seeds"),
     ("timeline seed not a seed", lambda d: d.update(timeline_seed=7), "timeline_seed"),
     ("override of a missing field", lambda d: d["overrides"].update({"fleet.nope": 1}), "overrides.fleet.nope"),
     ("override breaks the corridor", lambda d: d["overrides"].update({"merge.h_min": 100}), "overrides"),
-    ("regime override of a bad value", lambda d: d["regimes"].__setitem__(
-        1, {"path": d["regimes"][1], "overrides": {"fleet.islands": 0}}), "regimes.1.overrides.fleet.islands"),
-    ("policy param outside a regime's corridor", lambda d: d["policies"].append(
-        {"name": "fixed", "label": "f2", "params": {"H": 400}}), "policies.6.params"),
+    (
+        "regime override of a bad value",
+        lambda d: d["regimes"].__setitem__(1, {"path": d["regimes"][1], "overrides": {"fleet.islands": 0}}),
+        "regimes.1.overrides.fleet.islands",
+    ),
+    (
+        "policy param outside a regime's corridor",
+        lambda d: d["policies"].append({"name": "fixed", "label": "f2", "params": {"H": 400}}),
+        "policies.6.params",
+    ),
     ("bad confidence", lambda d: d["bootstrap"].update(confidence=1.5), "bootstrap.confidence"),
     ("bad method", lambda d: d["bootstrap"].update(method="studentized"), "bootstrap.method"),
     ("nan horizon", lambda d: d.update(horizon_s=float("nan")), "horizon_s"),
-    ("policy in an unknown regime", lambda d: d["policies"].append(
-        {"name": "fixed", "label": "f2", "params": {"H": 40}, "regimes": ["nowhere"]}), "policies.6.regimes.0"),
+    (
+        "policy in an unknown regime",
+        lambda d: d["policies"].append({"name": "fixed", "label": "f2", "params": {"H": 40}, "regimes": ["nowhere"]}),
+        "policies.6.regimes.0",
+    ),
     ("regime without path", lambda d: d["regimes"].append({"name": "x"}), "regimes.2.path"),
 ]
 
@@ -120,11 +155,20 @@ def test_labels_and_budget_pairing(tmp_path):
     from wadiloco.experiments.sweep import load_sweep
 
     d = tiny_sweep_dict()
-    d["policies"] = [{"name": "no_sync"}, {"name": "fixed", "params": {"H": 24}}, {"name": "fixed", "params": {"H": 40}},
-                     {"name": "matched_random", "references": ["fixed[H=24]", "fixed[H=40]"], "draws": 2}]
+    d["policies"] = [
+        {"name": "no_sync"},
+        {"name": "fixed", "params": {"H": 24}},
+        {"name": "fixed", "params": {"H": 40}},
+        {"name": "matched_random", "references": ["fixed[H=24]", "fixed[H=40]"], "draws": 2},
+    ]
     plan = load_sweep(write_sweep(tmp_path / "s.yaml", d))
-    assert [a.label for a in plan.arms] == ["no_sync", "fixed[H=24]", "fixed[H=40]", "matched_random[fixed[H=24]]",
-                                            "matched_random[fixed[H=40]]"]
+    assert [a.label for a in plan.arms] == [
+        "no_sync",
+        "fixed[H=24]",
+        "fixed[H=40]",
+        "matched_random[fixed[H=24]]",
+        "matched_random[fixed[H=40]]",
+    ]
     assert plan.arm("matched_random[fixed[H=40]]").params["reference_params"] == {"H": 40}
     # an entry restricted to some regimes runs only there, and so does a control following it
     d["policies"][2]["regimes"] = ["bursty"]
@@ -146,8 +190,18 @@ def test_tiny_sweep_outputs(tiny):
     total = total_runs(tiny["sweep"])
     runs = pd.read_csv(out / "runs.csv")
     assert runs.shape[0] == total == 2 * 3 * 8
-    for c in ["regime", "policy", "seed", "draw", "requests", "slo_violation_rate", "sync_excess", "merges",
-              "ttft_p95_s", "e2e_p95_s"]:
+    for c in [
+        "regime",
+        "policy",
+        "seed",
+        "draw",
+        "requests",
+        "slo_violation_rate",
+        "sync_excess",
+        "merges",
+        "ttft_p95_s",
+        "e2e_p95_s",
+    ]:
         assert c in runs.columns
     for c in INT_COLS:
         assert runs[c].dtype == "int64", c
@@ -169,9 +223,22 @@ def test_tiny_sweep_outputs(tiny):
 
     summ = pd.read_csv(out / "summary.csv")
     assert summ.shape[0] == 2 * 6
-    for c in ["regime", "policy", "n_seeds", "sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high",
-              "p95_ratio", "p95_ratio_ci_low", "p95_ratio_ci_high", "mr_envelope_low", "mr_envelope_high",
-              "p_vs_matched_random", "p_holm", "verdict"]:
+    for c in [
+        "regime",
+        "policy",
+        "n_seeds",
+        "sync_excess_mean",
+        "sync_excess_ci_low",
+        "sync_excess_ci_high",
+        "p95_ratio",
+        "p95_ratio_ci_low",
+        "p95_ratio_ci_high",
+        "mr_envelope_low",
+        "mr_envelope_high",
+        "p_vs_matched_random",
+        "p_holm",
+        "verdict",
+    ]:
         assert c in summ.columns
     assert summ["n_seeds"].dtype == "int64" and (summ["n_seeds"] == 3).all()
     for c in ["sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high", "p95_ratio"]:
@@ -234,8 +301,20 @@ def test_rerun_needs_resume_and_other_sweeps_are_refused(tiny, tmp_path, capsys)
 def test_dask_backend_gives_identical_runs_csv(tiny, tmp_path):
     pytest.importorskip("distributed")
     out = tmp_path / "dask"
-    rc = main(["sweep", str(tiny["sweep"]), "--out", str(out), "--workers", "2", "--backend", "dask",
-               "--no-progress", "--no-figures"])
+    rc = main(
+        [
+            "sweep",
+            str(tiny["sweep"]),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--backend",
+            "dask",
+            "--no-progress",
+            "--no-figures",
+        ]
+    )
     assert rc == 0
     assert (out / "runs.csv").read_bytes() == (tiny["out"] / "runs.csv").read_bytes()
     assert (out / "summary.csv").read_bytes() == (tiny["out"] / "summary.csv").read_bytes()
@@ -286,8 +365,22 @@ def test_failing_run_is_recorded_and_retried_on_resume(tiny, tmp_path, monkeypat
     v = summ.set_index(["regime", "policy"]).loc[("normal", "test_probe"), "verdict"]
     assert "incomplete" in v
     monkeypatch.delenv("WADILOCO_TEST_FAIL_SEEDS")
-    assert main(["sweep", str(tiny["sweep"]), "--out", str(out), "--workers", "2", "--resume", "--no-progress",
-                 "--no-figures"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(tiny["sweep"]),
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--resume",
+                "--no-progress",
+                "--no-figures",
+            ]
+        )
+        == 0
+    )
     rows = store_rows(out)
     assert all(r[5] == "ok" for r in rows)
     assert sorted(r[6] for r in rows).count(2) == 4  # exactly the failed runs were run again

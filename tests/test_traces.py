@@ -1,5 +1,6 @@
 """Trace loading: the real files, malformed inputs (always InputError, naming file and line) and
 round-trips of generated traces."""
+
 from __future__ import annotations
 
 import json
@@ -97,18 +98,25 @@ def test_trace_is_read_only(tmp_path):
 
 
 def test_azure_variants(tmp_path):
-    body = ("2023-11-16 18:15:46.6805900,374,44\r\n"
-            "2023-11-16 18:15:50.9951690,396,109\r\n"
-            "\r\n"
-            "2023-11-16 18:15:51,879,55")  # CRLF, a blank line, no trailing newline, no fraction
+    body = (
+        "2023-11-16 18:15:46.6805900,374,44\r\n"
+        "2023-11-16 18:15:50.9951690,396,109\r\n"
+        "\r\n"
+        "2023-11-16 18:15:51,879,55"
+    )  # CRLF, a blank line, no trailing newline, no fraction
     tr = load_trace(_write(tmp_path, "crlf.csv", "\ufeff" + HEADER + "\r\n" + body))
     assert len(tr) == 3
     assert tr.t.tolist() == pytest.approx([0.0, 4.314579, 4.31941])
     # columns in another order, an extra column, quotes, a T separator and a UTC offset
-    tr2 = load_trace(_write(tmp_path, "reordered.csv",
-                            "GeneratedTokens,TIMESTAMP,extra,ContextTokens\n"
-                            '44,"2023-11-16T18:15:46.68059+00:00",x,374\n'
-                            "109,2023-11-16T19:15:50.9951690+01:00,y,396\n"))
+    tr2 = load_trace(
+        _write(
+            tmp_path,
+            "reordered.csv",
+            "GeneratedTokens,TIMESTAMP,extra,ContextTokens\n"
+            '44,"2023-11-16T18:15:46.68059+00:00",x,374\n'
+            "109,2023-11-16T19:15:50.9951690+01:00,y,396\n",
+        )
+    )
     assert tr2.prompt.tolist() == [374, 396] and tr2.output.tolist() == [44, 109]
     assert tr2.t[1] == pytest.approx(4.314579)
 
@@ -124,8 +132,14 @@ def test_mooncake_variants(tmp_path):
     assert tr.t.tolist() == [0.0, 0.0, 1.5005]
     assert tr.prompt.tolist() == [10, 11, 12] and tr.output.tolist() == [2, 3, 4]
     # timestamps not starting at zero are rebased to the first request
-    tr2 = load_trace(_write(tmp_path, "m2.jsonl", '{"timestamp": 5000, "input_length": 1, "output_length": 1}\n'
-                                                  '{"timestamp": 7000, "input_length": 1, "output_length": 1}'))
+    tr2 = load_trace(
+        _write(
+            tmp_path,
+            "m2.jsonl",
+            '{"timestamp": 5000, "input_length": 1, "output_length": 1}\n'
+            '{"timestamp": 7000, "input_length": 1, "output_length": 1}',
+        )
+    )
     assert tr2.t.tolist() == [0.0, 2.0]
 
 
@@ -167,7 +181,12 @@ BAD = [
     ("csv-blank", "a.csv", "\n\n  \n", "empty"),
     ("csv-header-only", "a.csv", HEADER + "\n", "no requests"),
     ("csv-wrong-header", "a.csv", "time,ContextTokens,GeneratedTokens\n" + OK, "line 1: missing column(s) TIMESTAMP"),
-    ("csv-missing-column", "a.csv", "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,5", "line 1: missing column(s) GeneratedTokens"),
+    (
+        "csv-missing-column",
+        "a.csv",
+        "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,5",
+        "line 1: missing column(s) GeneratedTokens",
+    ),
     ("csv-duplicate-column", "a.csv", HEADER + ",TIMESTAMP\n" + OK + ",x", "line 1: column(s) TIMESTAMP"),
     ("csv-no-header", "a.csv", OK + "\n" + OK2, "line 1: missing column"),
     ("csv-short-row", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50,396\n", "line 3: expected 3"),
@@ -180,20 +199,59 @@ BAD = [
     ("csv-invalid-hour", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 25:00:00.0,396,109\n", "line 3: TIMESTAMP"),
     ("csv-year-3000", "a.csv", f"{HEADER}\n3000-01-01 00:00:00.0,396,109\n", "line 2: TIMESTAMP"),
     ("csv-ten-fraction-digits", "a.csv", f"{HEADER}\n2023-11-16 18:15:46.0123456789,1,1\n", "line 2: TIMESTAMP"),
-    ("csv-float-tokens", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,3.5,109\n", "line 3: ContextTokens: not a whole"),
-    ("csv-negative-tokens", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,396,-4\n", "line 3: GeneratedTokens: negative"),
-    ("csv-text-tokens", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,abc,4\n", "line 3: ContextTokens: not a number"),
+    (
+        "csv-float-tokens",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,3.5,109\n",
+        "line 3: ContextTokens: not a whole",
+    ),
+    (
+        "csv-negative-tokens",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,396,-4\n",
+        "line 3: GeneratedTokens: negative",
+    ),
+    (
+        "csv-text-tokens",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,abc,4\n",
+        "line 3: ContextTokens: not a number",
+    ),
     ("csv-underscore-tokens", "a.csv", f"{HEADER}\n2023-11-16 18:15:50.0,1_000,4\n", "line 2: ContextTokens"),
     ("csv-empty-tokens", "a.csv", f"{HEADER}\n2023-11-16 18:15:50.0,,4\n", "line 2: ContextTokens"),
     ("csv-nan-tokens", "a.csv", f"{HEADER}\n2023-11-16 18:15:50.0,nan,4\n", "line 2: ContextTokens"),
-    ("csv-zero-prompt", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,0,4\n", "line 3: ContextTokens: must be at least 1"),
-    ("csv-zero-output", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,5,0\n", "line 3: GeneratedTokens: must be at least 1"),
-    ("csv-absurd-tokens", "a.csv", f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,20000000,4\n", "line 3: ContextTokens: implausible"),
-    ("csv-absurd-exponent", "a.csv", f"{HEADER}\n2023-11-16 18:15:50.0,1e300,4\n", "line 2: ContextTokens: implausible"),
+    (
+        "csv-zero-prompt",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,0,4\n",
+        "line 3: ContextTokens: must be at least 1",
+    ),
+    (
+        "csv-zero-output",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,5,0\n",
+        "line 3: GeneratedTokens: must be at least 1",
+    ),
+    (
+        "csv-absurd-tokens",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-16 18:15:50.0,20000000,4\n",
+        "line 3: ContextTokens: implausible",
+    ),
+    (
+        "csv-absurd-exponent",
+        "a.csv",
+        f"{HEADER}\n2023-11-16 18:15:50.0,1e300,4\n",
+        "line 2: ContextTokens: implausible",
+    ),
     ("csv-back-in-time", "a.csv", f"{HEADER}\n{OK2}\n{OK}\n", "line 3: TIMESTAMP goes back in time"),
     ("csv-back-in-time-after-blank", "a.csv", f"{HEADER}\n{OK2}\n\n{OK}\n", "line 4: TIMESTAMP goes back"),
-    ("csv-span-too-long", "a.csv", f"{HEADER}\n{OK}\n2023-11-17 00:00:00.0,1,1\n2024-01-20 00:00:00.0,1,1\n",
-     "line 4: TIMESTAMP is 64.2 days"),
+    (
+        "csv-span-too-long",
+        "a.csv",
+        f"{HEADER}\n{OK}\n2023-11-17 00:00:00.0,1,1\n2024-01-20 00:00:00.0,1,1\n",
+        "line 4: TIMESTAMP is 64.2 days",
+    ),
     ("csv-not-utf8", "a.csv", (f"{HEADER}\n{OK}\n").encode() + b"\xff\xfe,1,1\n", "line 3: not UTF-8"),
     ("csv-unclosed-quote", "a.csv", f'{HEADER}\n{OK}\n"2023-11-16 18:15:50.0,5,1\n', "line 3"),
     ("jsonl-empty", "a.jsonl", "", "empty"),
@@ -204,7 +262,12 @@ BAD = [
     ("jsonl-number-line", "a.jsonl", "\n\n42\n", "line 3: expected a JSON object"),
     ("jsonl-missing-key", "a.jsonl", _jl() + "\n" + _jl(output_length=...), "line 2: missing key 'output_length'"),
     ("jsonl-string-timestamp", "a.jsonl", _jl(timestamp="0"), "line 1: 'timestamp' must be a number"),
-    ("jsonl-nan-timestamp", "a.jsonl", '{"timestamp": NaN, "input_length": 1, "output_length": 1}', "line 1: 'timestamp'"),
+    (
+        "jsonl-nan-timestamp",
+        "a.jsonl",
+        '{"timestamp": NaN, "input_length": 1, "output_length": 1}',
+        "line 1: 'timestamp'",
+    ),
     ("jsonl-huge-int-timestamp", "a.jsonl", _jl(timestamp=10**400), "line 1"),
     ("jsonl-bool-tokens", "a.jsonl", _jl(input_length=True), "line 1: 'input_length': must be a whole number"),
     ("jsonl-string-tokens", "a.jsonl", _jl(output_length="5"), "line 1: 'output_length': must be a whole number"),
@@ -213,8 +276,12 @@ BAD = [
     ("jsonl-zero-prompt", "a.jsonl", _jl(input_length=0), "line 1: input_length: must be at least 1"),
     ("jsonl-zero-output", "a.jsonl", _jl(output_length=0), "line 1: output_length: must be at least 1"),
     ("jsonl-absurd-tokens", "a.jsonl", _jl(input_length=10**30), "line 1: 'input_length': implausible"),
-    ("jsonl-back-in-time", "a.jsonl", "\n".join([_jl(timestamp=5), _jl(timestamp=9), _jl(timestamp=7)]),
-     "line 3: timestamp goes back in time"),
+    (
+        "jsonl-back-in-time",
+        "a.jsonl",
+        "\n".join([_jl(timestamp=5), _jl(timestamp=9), _jl(timestamp=7)]),
+        "line 3: timestamp goes back in time",
+    ),
     ("jsonl-span-too-long", "a.jsonl", _jl() + "\n" + _jl(timestamp=31 * 86_400_000), "line 2: timestamp is 31.0 days"),
     ("jsonl-hash-ids-not-list", "a.jsonl", _jl(hash_ids=5), "line 1: 'hash_ids' must be a list"),
     ("sniff-unknown", "a.txt", "hello world\n", "line 1: cannot tell the trace format"),
@@ -253,14 +320,20 @@ def scratch(tmp_path_factory) -> Path:
 
 _ts = st.one_of(
     st.datetimes(min_value=datetime(1960, 1, 1), max_value=datetime(2300, 1, 1)).map(
-        lambda d: d.strftime("%Y-%m-%d %H:%M:%S.%f") + "0"),
+        lambda d: d.strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
+    ),
     st.sampled_from(["", "now", "NaT", "2023-11-16", "2023-13-40 99:99:99", "2023-11-16T00:00:00Z"]),
     st.text(max_size=12),
 )
-_count = st.one_of(st.integers(-5, 30_000_000).map(str), st.floats(allow_nan=True).map(str),
-                   st.sampled_from(["", " 7 ", "+3", "1e3", "0x10", "٣"]), st.text(max_size=6))
-_csv_row = st.one_of(st.tuples(_ts, _count, _count).map(",".join),
-                     st.lists(st.text(max_size=8), max_size=5).map(",".join))
+_count = st.one_of(
+    st.integers(-5, 30_000_000).map(str),
+    st.floats(allow_nan=True).map(str),
+    st.sampled_from(["", " 7 ", "+3", "1e3", "0x10", "٣"]),
+    st.text(max_size=6),
+)
+_csv_row = st.one_of(
+    st.tuples(_ts, _count, _count).map(",".join), st.lists(st.text(max_size=8), max_size=5).map(",".join)
+)
 _csv_doc = st.tuples(
     st.sampled_from([HEADER, HEADER.lower(), "GeneratedTokens,TIMESTAMP,ContextTokens", "", "a,b"]),
     st.lists(_csv_row, max_size=12),
@@ -268,14 +341,20 @@ _csv_doc = st.tuples(
 ).map(lambda x: x[2].join([x[0], *x[1]]))
 
 _json_val = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | st.text(max_size=5),
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 _json_obj = st.fixed_dictionaries(
-    {}, optional={"timestamp": st.one_of(st.integers(-1000, 4 * 10**9), _json_val),
-                  "input_length": st.one_of(st.integers(-2, 3 * 10**7), _json_val),
-                  "output_length": st.one_of(st.integers(-2, 3 * 10**7), _json_val),
-                  "hash_ids": _json_val, "other": _json_val})
+    {},
+    optional={
+        "timestamp": st.one_of(st.integers(-1000, 4 * 10**9), _json_val),
+        "input_length": st.one_of(st.integers(-2, 3 * 10**7), _json_val),
+        "output_length": st.one_of(st.integers(-2, 3 * 10**7), _json_val),
+        "hash_ids": _json_val,
+        "other": _json_val,
+    },
+)
 _json_line = st.one_of(_json_obj.map(json.dumps), _json_val.map(json.dumps), st.text(max_size=20))
 _jsonl_doc = st.lists(_json_line, max_size=12).map("\n".join)
 
@@ -312,16 +391,25 @@ def _load_or_input_error(path: Path, data: bytes) -> None:
     assert tr.prompt.min() >= 1 and tr.output.min() >= 1
 
 
-_rows = st.lists(st.tuples(st.integers(0, 10**9),  # gap in 100-ns ticks (up to 100 s)
-                           st.integers(1, 10_000_000), st.integers(1, 10_000_000)), min_size=1, max_size=40)
+_rows = st.lists(
+    st.tuples(
+        st.integers(0, 10**9),  # gap in 100-ns ticks (up to 100 s)
+        st.integers(1, 10_000_000),
+        st.integers(1, 10_000_000),
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 @HYP
 @given(rows=_rows, start=st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2199, 1, 1)))
 def test_azure_round_trip(scratch, rows, start):
     ticks = np.cumsum([0] + [g for g, _, _ in rows[1:]])
-    stamps = [(start + timedelta(microseconds=int(k) // 10)).strftime("%Y-%m-%d %H:%M:%S.%f") + str(int(k) % 10)
-              for k in ticks]
+    stamps = [
+        (start + timedelta(microseconds=int(k) // 10)).strftime("%Y-%m-%d %H:%M:%S.%f") + str(int(k) % 10)
+        for k in ticks
+    ]
     text = "\n".join([HEADER] + [f"{s},{p},{o}" for s, (_, p, o) in zip(stamps, rows)])
     tr = load_trace(_write(scratch, "rt.csv", text))
     np.testing.assert_allclose(tr.t, ticks * 1e-7, rtol=0, atol=1e-9)
@@ -333,8 +421,10 @@ def test_azure_round_trip(scratch, rows, start):
 @given(rows=_rows, t0=st.integers(0, 10**9))
 def test_mooncake_round_trip(scratch, rows, t0):
     ms = t0 + np.cumsum([0] + [g // 10_000 for g, _, _ in rows[1:]])
-    text = "\n".join(json.dumps({"timestamp": int(m), "input_length": p, "output_length": o, "hash_ids": [1, 2]})
-                     for m, (_, p, o) in zip(ms, rows))
+    text = "\n".join(
+        json.dumps({"timestamp": int(m), "input_length": p, "output_length": o, "hash_ids": [1, 2]})
+        for m, (_, p, o) in zip(ms, rows)
+    )
     tr = load_trace(_write(scratch, "rt.jsonl", text))
     np.testing.assert_allclose(tr.t, (ms - ms[0]) / 1000.0, rtol=0, atol=1e-9)
     assert tr.prompt.tolist() == [p for _, p, _ in rows]

@@ -1,4 +1,5 @@
 """The training-progress heuristic orders outcomes the way DiLoCo's results do."""
+
 from __future__ import annotations
 
 import math

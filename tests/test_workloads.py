@@ -1,5 +1,6 @@
 """Workload kinds: determinism, rates against load x capacity, burst shape, token lengths, trace
 replay (offset, scale, loop, spreading) and validation errors that name the field."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,15 @@ import pytest
 
 from wadiloco.models import workloads as W
 from wadiloco.models.errors import InputError
-from wadiloco.models.workloads import (WORKLOADS, Arrivals, Context, arrivals_hash, describe_workloads,
-                              generate_arrivals, parse_workload)
+from wadiloco.models.workloads import (
+    WORKLOADS,
+    Arrivals,
+    Context,
+    arrivals_hash,
+    describe_workloads,
+    generate_arrivals,
+    parse_workload,
+)
 
 SYNTHETIC = ["normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic"]
 CAP = 10.0  # requests/s per sidecar
@@ -23,8 +31,9 @@ def cap(mean_prompt: float, mean_output: float) -> float:
 
 
 def gen(spec: dict, n: int = 2, horizon: float = 600.0, seed: int = 7, base_dir=".", capacity=cap):
-    return generate_arrivals(spec, n_sidecars=n, horizon_s=horizon, capacity_rps=capacity, seed=seed,
-                             base_dir=base_dir, file="scn.yaml")
+    return generate_arrivals(
+        spec, n_sidecars=n, horizon_s=horizon, capacity_rps=capacity, seed=seed, base_dir=base_dir, file="scn.yaml"
+    )
 
 
 def poisson_tol(expected: float, k: float = 4.0) -> float:
@@ -69,8 +78,10 @@ def test_deterministic_per_seed_and_sidecar(kind):
         np.testing.assert_array_equal(x.output, y.output)
 
 
-@pytest.mark.parametrize("kind,load", [("normal", 0.5), ("pressure_heavy", 1.0), ("sustained_sync_heavy", 0.8),
-                                       ("bursty", 0.6), ("normal", 2.5)])
+@pytest.mark.parametrize(
+    "kind,load",
+    [("normal", 0.5), ("pressure_heavy", 1.0), ("sustained_sync_heavy", 0.8), ("bursty", 0.6), ("normal", 2.5)],
+)
 def test_mean_rate_is_load_times_capacity(kind, load):
     horizon = 120.0 * 100  # whole bursty periods, so the bursty count is exactly Poisson too
     arrs = gen({"kind": kind, "load": load}, n=2, horizon=horizon)
@@ -81,8 +92,7 @@ def test_mean_rate_is_load_times_capacity(kind, load):
 
 def test_defaults_per_kind():
     loads = {k: parse_workload({"kind": k}).load for k in SYNTHETIC}
-    assert loads == {"normal": 0.5, "pressure_heavy": 1.0, "sustained_sync_heavy": 0.8,
-                     "bursty": 0.6, "aperiodic": 0.6}
+    assert loads == {"normal": 0.5, "pressure_heavy": 1.0, "sustained_sync_heavy": 0.8, "bursty": 0.6, "aperiodic": 0.6}
 
 
 def test_capacity_sees_clipped_token_means():
@@ -93,7 +103,7 @@ def test_capacity_sees_clipped_token_means():
         return 2.0
 
     gen({"kind": "normal", "tokens": {"output": {"mean": 400, "median": 100, "max": 600}}}, capacity=capacity)
-    (p, o), = set(seen)
+    ((p, o),) = set(seen)
     assert p == pytest.approx(1155, rel=1e-3)  # the 16384 clip barely matters for prompts
     # the output clip at 600 takes a large share of the tail off the mean of 400
     assert o < 330
@@ -118,8 +128,10 @@ def test_token_lengths_match_targets():
     assert np.median(a.output) == pytest.approx(129, rel=0.03)
 
 
-@pytest.mark.parametrize("mean,median,lo,hi", [(1155, 1020, 1, 16384), (211, 129, 1, 4096), (300, 100, 50, 400),
-                                               (50, 50, 1, 100), (3, 2, 1, 10)])
+@pytest.mark.parametrize(
+    "mean,median,lo,hi",
+    [(1155, 1020, 1, 16384), (211, 129, 1, 4096), (300, 100, 50, 400), (50, 50, 1, 100), (3, 2, 1, 10)],
+)
 def test_clipped_mean_analytic_matches_sampling(mean, median, lo, hi):
     d = W.PromptLengths(mean=mean, median=median, min=lo, max=hi)
     x = d.sample(np.random.default_rng(1), 300_000)
@@ -128,8 +140,11 @@ def test_clipped_mean_analytic_matches_sampling(mean, median, lo, hi):
 
 
 def test_custom_token_lengths():
-    spec = {"kind": "normal", "load": 1.0, "tokens": {"prompt": {"mean": 100, "median": 80, "min": 10, "max": 500},
-                                                      "output": {"mean": 20, "median": 20}}}
+    spec = {
+        "kind": "normal",
+        "load": 1.0,
+        "tokens": {"prompt": {"mean": 100, "median": 80, "min": 10, "max": 500}, "output": {"mean": 20, "median": 20}},
+    }
     (a,) = gen(spec, n=1, horizon=3000)
     assert a.prompt.min() >= 10 and a.prompt.max() <= 500
     assert a.prompt.mean() == pytest.approx(100, rel=0.03)
@@ -145,8 +160,14 @@ def _on_mask(t: np.ndarray, phase: float, period: float, on_fraction: float) -> 
 
 
 def test_bursty_on_off_ratio():
-    spec = {"kind": "bursty", "load": 0.6, "period_s": 100.0, "on_fraction": 0.3, "off_rate_ratio": 0.2,
-            "phase_s": 10.0}
+    spec = {
+        "kind": "bursty",
+        "load": 0.6,
+        "period_s": 100.0,
+        "on_fraction": 0.3,
+        "off_rate_ratio": 0.2,
+        "phase_s": 10.0,
+    }
     horizon = 100.0 * 200
     arrs = gen(spec, n=2, horizon=horizon)
     on_level = 1 / (0.3 + 0.2 * 0.7)
@@ -213,8 +234,10 @@ def test_aperiodic_rate_long_run():
 
 def _trace_file(folder: Path, times_s, name="t.jsonl") -> Path:
     """A Mooncake trace whose input_length is the row number + 1, so rows can be identified."""
-    lines = [json.dumps({"timestamp": round(t * 1000, 3), "input_length": i + 1, "output_length": 1 + i % 7})
-             for i, t in enumerate(times_s)]
+    lines = [
+        json.dumps({"timestamp": round(t * 1000, 3), "input_length": i + 1, "output_length": 1 + i % 7})
+        for i, t in enumerate(times_s)
+    ]
     p = folder / name
     p.write_text("\n".join(lines) + "\n")
     return p
@@ -326,12 +349,17 @@ def test_malformed_trace_reported_at_parse_time(tmp_path):
     assert err.value.file == str(bad) and err.value.where == "line 3"
 
 
-@pytest.mark.parametrize("extra,field", [({"time_offset_s": 500.0}, "workload.time_offset_s"),
-                                         ({"time_offset_s": -1.0}, "workload.time_offset_s"),
-                                         ({"rate_scale": 0}, "workload.rate_scale"),
-                                         ({"spread": "zigzag"}, "workload.spread"),
-                                         ({"format": "parquet"}, "workload.format"),
-                                         ({"tokens": {}}, "workload.tokens")])
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        ({"time_offset_s": 500.0}, "workload.time_offset_s"),
+        ({"time_offset_s": -1.0}, "workload.time_offset_s"),
+        ({"rate_scale": 0}, "workload.rate_scale"),
+        ({"spread": "zigzag"}, "workload.spread"),
+        ({"format": "parquet"}, "workload.format"),
+        ({"tokens": {}}, "workload.tokens"),
+    ],
+)
 def test_trace_param_errors(trace100, extra, field):
     with pytest.raises(InputError) as err:
         parse_workload({"kind": "trace", "path": str(trace100)} | extra, "scn.yaml", ".")
@@ -350,26 +378,29 @@ def test_single_request_trace_cannot_loop(tmp_path):
 # validation: errors name the field
 
 
-@pytest.mark.parametrize("spec,field,text", [
-    ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, normal"),
-    ({"load": 0.5}, "workload.kind", "known kinds"),
-    ({"kind": "normal", "lod": 0.5}, "workload.lod", "unknown field"),
-    ({"kind": "normal", "period_s": 60}, "workload.period_s", "unknown field"),
-    ({"kind": "normal", "load": -0.1}, "workload.load", "greater than 0"),
-    ({"kind": "normal", "load": 0}, "workload.load", "greater than 0"),
-    ({"kind": "normal", "load": "high"}, "workload.load", "number"),
-    ({"kind": "bursty", "on_fraction": 1.0}, "workload.on_fraction", "less than 1"),
-    ({"kind": "bursty", "period_s": 0}, "workload.period_s", "greater than 0"),
-    ({"kind": "bursty", "off_rate_ratio": 1.5}, "workload.off_rate_ratio", "less than or equal to 1"),
-    ({"kind": "aperiodic", "gap_shape": 1.0}, "workload.gap_shape", "greater than 1"),
-    ({"kind": "aperiodic", "burst_mean_s": 200}, "workload", "burst_mean_s"),
-    ({"kind": "normal", "tokens": {"prompt": {"median": 2000}}}, "workload.tokens.prompt", "median"),
-    ({"kind": "normal", "tokens": {"output": {"mean": 5000}}}, "workload.tokens.output", "max"),
-    ({"kind": "normal", "tokens": {"output": {"min": 200}}}, "workload.tokens.output", "median"),
-    ({"kind": "normal", "tokens": {"output": {"mode": 3}}}, "workload.tokens.output.mode", "unknown field"),
-    ({"kind": "normal", "tokens": {"output": {"max": 20_000_000}}}, "workload.tokens.output.max", "less than"),
-    ({"kind": "trace"}, "workload.path", "required"),
-])
+@pytest.mark.parametrize(
+    "spec,field,text",
+    [
+        ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, normal"),
+        ({"load": 0.5}, "workload.kind", "known kinds"),
+        ({"kind": "normal", "lod": 0.5}, "workload.lod", "unknown field"),
+        ({"kind": "normal", "period_s": 60}, "workload.period_s", "unknown field"),
+        ({"kind": "normal", "load": -0.1}, "workload.load", "greater than 0"),
+        ({"kind": "normal", "load": 0}, "workload.load", "greater than 0"),
+        ({"kind": "normal", "load": "high"}, "workload.load", "number"),
+        ({"kind": "bursty", "on_fraction": 1.0}, "workload.on_fraction", "less than 1"),
+        ({"kind": "bursty", "period_s": 0}, "workload.period_s", "greater than 0"),
+        ({"kind": "bursty", "off_rate_ratio": 1.5}, "workload.off_rate_ratio", "less than or equal to 1"),
+        ({"kind": "aperiodic", "gap_shape": 1.0}, "workload.gap_shape", "greater than 1"),
+        ({"kind": "aperiodic", "burst_mean_s": 200}, "workload", "burst_mean_s"),
+        ({"kind": "normal", "tokens": {"prompt": {"median": 2000}}}, "workload.tokens.prompt", "median"),
+        ({"kind": "normal", "tokens": {"output": {"mean": 5000}}}, "workload.tokens.output", "max"),
+        ({"kind": "normal", "tokens": {"output": {"min": 200}}}, "workload.tokens.output", "median"),
+        ({"kind": "normal", "tokens": {"output": {"mode": 3}}}, "workload.tokens.output.mode", "unknown field"),
+        ({"kind": "normal", "tokens": {"output": {"max": 20_000_000}}}, "workload.tokens.output.max", "less than"),
+        ({"kind": "trace"}, "workload.path", "required"),
+    ],
+)
 def test_validation_names_field(spec, field, text):
     with pytest.raises(InputError) as err:
         parse_workload(spec, "scn.yaml", ".")

@@ -1,10 +1,12 @@
 """Policy registry: a new policy is one module here plus one `@register` line."""
+
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.policies.base import Observation, Policy, PolicyContext, FutureView, LearnerSignals, Params
+from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, Params, Policy, PolicyContext
 
 POLICIES: dict[str, type[Policy]] = {}
 
@@ -37,15 +39,29 @@ def describe_policies() -> list[dict[str, Any]]:
     out = []
     for name in sorted(POLICIES):
         cls = POLICIES[name]
-        fields = {k: (f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
-                  for k, f in cls.Params.model_fields.items()}
+        fields = {
+            k: (f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
+            for k, f in cls.Params.model_fields.items()
+        }
         out.append({"name": name, "oracle": cls.oracle, "summary": cls.summary, "params": fields})
     return out
 
 
 # Built-in policies register themselves on import.
-from wadiloco.models.policies import (no_sync, fixed, pressure_gated, wa_diloco, matched_random,  # noqa: E402,F401
-                             offline_calibrated, online_forecast)
+BUILTIN = ("no_sync", "fixed", "pressure_gated", "wa_diloco", "matched_random", "offline_calibrated", "online_forecast")
+for _module in BUILTIN:
+    importlib.import_module(f"{__name__}.{_module}")
 
-__all__ = ["POLICIES", "register", "parse_policy", "make_policy", "describe_policies", "Observation", "Policy",
-           "PolicyContext", "FutureView", "LearnerSignals", "Params"]
+__all__ = [
+    "POLICIES",
+    "register",
+    "parse_policy",
+    "make_policy",
+    "describe_policies",
+    "Observation",
+    "Policy",
+    "PolicyContext",
+    "FutureView",
+    "LearnerSignals",
+    "Params",
+]

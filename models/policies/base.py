@@ -7,6 +7,7 @@ the workload or the trace; the arrival times they could forecast from arrive bin
 Only classes with `oracle = True` are handed a `FutureView` (the whole arrival schedule) before
 the run, and `Policy.prepare` refuses it otherwise.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

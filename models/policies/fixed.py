@@ -1,4 +1,5 @@
 """`fixed`: merge every H inner steps, the usual DiLoCo cadence."""
+
 from pydantic import Field
 
 from wadiloco.models.policies import register

@@ -24,6 +24,7 @@ placement, the slack is reduced step by step down to 0, where the reference's ow
 always feasible. If even that fails, the reference's count cannot fit the corridor: an
 `InputError` on `policy.params.reference`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -84,32 +85,41 @@ class MatchedControl(Policy):
 def reference_budget(policy: str, ctx: PolicyContext) -> tuple[int, int]:
     """(merges, steps) of the reference run, or an InputError if the runner did not provide them."""
     if ctx.reference_merges is None or ctx.reference_steps is None:
-        raise InputError(f"<policy {policy}>", "policy.params.reference",
-                         "this control needs the reference run's merge and step counts; run it through "
-                         "experiments.runner.run_one (or `wadiloco run`), which runs the reference first")
+        raise InputError(
+            f"<policy {policy}>",
+            "policy.params.reference",
+            "this control needs the reference run's merge and step counts; run it through "
+            "experiments.runner.run_one (or `wadiloco run`), which runs the reference first",
+        )
     return int(ctx.reference_merges), int(ctx.reference_steps)
 
 
-def plan_window(policy: str, ref_name: str, n: int, steps: int, h_min: int, h_max: int, slack: int,
-                start: int = 0) -> tuple[int, int]:
+def plan_window(
+    policy: str, ref_name: str, n: int, steps: int, h_min: int, h_max: int, slack: int, start: int = 0
+) -> tuple[int, int]:
     """The widest-slack final window (slack <= `slack`) that admits n merges, else InputError."""
     for sl in range(slack, -1, -1):
         lo, hi = final_window(steps, h_max, sl)
         if hi >= start and feasible_range(n, h_min, h_max, lo, hi, start):
             return lo, hi
-    raise InputError(f"<policy {policy}>", "policy.params.reference",
-                     f"the reference {ref_name!r} made {n} merge(s) in {steps} inner steps, and {n} merge(s) "
-                     f"cannot be placed in {steps} steps within the corridor [{h_min}, {h_max}] (every gap, "
-                     f"the first from step 0, in the corridor; at most {h_max} + 1 steps after the last "
-                     f"merge); choose a reference that respects the corridor or a longer horizon")
+    raise InputError(
+        f"<policy {policy}>",
+        "policy.params.reference",
+        f"the reference {ref_name!r} made {n} merge(s) in {steps} inner steps, and {n} merge(s) "
+        f"cannot be placed in {steps} steps within the corridor [{h_min}, {h_max}] (every gap, "
+        f"the first from step 0, in the corridor; at most {h_max} + 1 steps after the last "
+        f"merge); choose a reference that respects the corridor or a longer horizon",
+    )
 
 
 @register
 class MatchedRandom(MatchedControl):
     name = "matched_random"
     Params = ReferenceParams
-    summary = ("control: the reference run's merge count, placed uniformly at random among corridor-feasible "
-               "placements (not deployable)")
+    summary = (
+        "control: the reference run's merge count, placed uniformly at random among corridor-feasible "
+        "placements (not deployable)"
+    )
 
     def __init__(self, params: ReferenceParams, ctx: PolicyContext):
         super().__init__(params, ctx)

@@ -16,8 +16,9 @@ starts and are slowed too. `lead_s` defaults to 20 s because the costly case is 
 burst leaves behind: queued requests stay in the system for tens of seconds after the burst ends
 (in a check on bursty.yaml, a 2 s lead let the oracle merge into that backlog and overlap more
 requests than wa_diloco; leads of 10-30 s did about equally well). This is a count, not a latency
-model: it is what `overlap_requests` measures, and the way a merge can cause SLO misses. The minimum-cost placement is found exactly
-by dynamic programming over step boundaries (`models.placement.min_cost_placement`).
+model: it is what `overlap_requests` measures, and the way a merge can cause SLO misses. The
+minimum-cost placement is found exactly by dynamic programming over step boundaries
+(`models.placement.min_cost_placement`).
 
 D is `merge_duration_s` (default 8 s, SPEC's "a merge takes about 8 s") until the first merge has
 run; with `learn_duration` (default on) it then becomes the mean measured duration of merges so
@@ -26,6 +27,7 @@ little, so the wall-clock time of step k drifts from the estimate; after every m
 re-plans the remaining merges from the actual time and step. The rest of the previous plan is
 always feasible for the new problem, so re-planning never loses the budget.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,13 +41,18 @@ from wadiloco.models.policies.matched_random import MatchedControl, ReferencePar
 
 
 class OfflineCalibratedParams(ReferenceParams):
-    merge_duration_s: float = Field(8.0, gt=0, le=3600, description="expected merge duration D before one is measured (s)")
-    lead_s: float = Field(20.0, ge=0, le=3600, description="arrivals this long before a merge starts count as overlapping (s)")
+    merge_duration_s: float = Field(
+        8.0, gt=0, le=3600, description="expected merge duration D before one is measured (s)"
+    )
+    lead_s: float = Field(
+        20.0, ge=0, le=3600, description="arrivals this long before a merge starts count as overlapping (s)"
+    )
     learn_duration: bool = Field(True, description="after the first merge, use the measured mean merge duration as D")
 
 
-def overlap_costs(arrivals: np.ndarray, n: int, k0: int, t0: float, last_step: int, step_time: float,
-                  duration: float, lead: float) -> np.ndarray:
+def overlap_costs(
+    arrivals: np.ndarray, n: int, k0: int, t0: float, last_step: int, step_time: float, duration: float, lead: float
+) -> np.ndarray:
     """cost[j, k] = arrivals in [t_j(k) - lead, t_j(k) + duration] for k >= k0 (inf before k0)."""
     cost = np.full((n, last_step + 1), np.inf)
     if last_step < k0:
@@ -53,8 +60,9 @@ def overlap_costs(arrivals: np.ndarray, n: int, k0: int, t0: float, last_step: i
     ks = np.arange(k0, last_step + 1)
     for j in range(n):
         t = t0 + (ks - k0) * step_time + j * duration
-        cost[j, k0:] = (np.searchsorted(arrivals, t + duration, side="right")
-                        - np.searchsorted(arrivals, t - lead, side="left"))
+        cost[j, k0:] = np.searchsorted(arrivals, t + duration, side="right") - np.searchsorted(
+            arrivals, t - lead, side="left"
+        )
     return cost
 
 
@@ -63,14 +71,17 @@ class OfflineCalibrated(MatchedControl):
     name = "offline_calibrated"
     oracle = True
     Params = OfflineCalibratedParams
-    summary = ("oracle: the reference's merge count placed (by dynamic programming over steps) where the "
-               "expected overlap with future request arrivals is least; the upper bound")
+    summary = (
+        "oracle: the reference's merge count placed (by dynamic programming over steps) where the "
+        "expected overlap with future request arrivals is least; the upper bound"
+    )
 
     def __init__(self, params: OfflineCalibratedParams, ctx: PolicyContext):
         super().__init__(params, ctx)
         self.n, self.ref_steps = reference_budget(self.name, ctx)
-        self.window = plan_window(self.name, params.reference, self.n, self.ref_steps, ctx.h_min, ctx.h_max,
-                                  params.slack_steps)
+        self.window = plan_window(
+            self.name, params.reference, self.n, self.ref_steps, ctx.h_min, ctx.h_max, params.slack_steps
+        )
         self.plan: list[int] = []
         self._arrivals: np.ndarray | None = None
         self._step_time = 0.0
@@ -98,15 +109,19 @@ class OfflineCalibrated(MatchedControl):
         if obs.merges > self._merges_seen:
             self._merges_seen = obs.merges
             left = self.n - obs.merges
-            dur = obs.merge_duration_s if (self.p.learn_duration and obs.merge_duration_s > 0) \
+            dur = (
+                obs.merge_duration_s
+                if (self.p.learn_duration and obs.merge_duration_s > 0)
                 else self.p.merge_duration_s
+            )
             done = [s for s in self.plan if s <= obs.last_merge_step]
             if left > 0 and obs.last_merge_step in self.plan:
                 # The rest of the old plan is feasible here (costs before the current step are
                 # infinite, and the old plan lies after it), so the solve cannot fail.
                 try:
-                    self.plan = done + self._solve(left, start=obs.last_merge_step, k0=obs.step, t0=obs.now,
-                                                   duration=dur)
+                    self.plan = done + self._solve(
+                        left, start=obs.last_merge_step, k0=obs.step, t0=obs.now, duration=dur
+                    )
                 except InputError:  # pragma: no cover - keep the old plan
                     pass
         return obs.step in self.plan

@@ -23,6 +23,7 @@ Forecasters (`models.forecast`): `ewma` (the paper's one-step EWMA, smoothing `a
 or `holt_winters` (statsmodels ExponentialSmoothing with an additive season, `season_s` or
 detected from the autocorrelation; refitted every `refit_s`).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,12 @@ from wadiloco.models.policies.wa_diloco import ScoreMixin, WaDilocoParams
 class OnlineForecastParams(WaDilocoParams):
     forecaster: Literal["ewma", "holt_winters"] = Field("ewma", description="request-rate forecaster")
     alpha: float = Field(0.3, gt=0, le=1, description="EWMA smoothing per monitor bin")
-    quantile: float = Field(0.3, gt=0, le=1, description="merge only if the forecast window cost is at or below "
-                                                          "this quantile of recent window costs")
+    quantile: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="merge only if the forecast window cost is at or below this quantile of recent window costs",
+    )
     lookback_s: float = Field(300.0, gt=0, description="history the quantile is taken over (s)")
     lookahead_steps: int = Field(120, ge=0, description="how many steps ahead candidate windows are scored")
     tolerance: float = Field(0.05, ge=0, description="now counts as cheapest if within this fraction of the best")
@@ -54,9 +59,11 @@ class OnlineForecastParams(WaDilocoParams):
 class OnlineForecast(ScoreMixin, Policy):
     name = "online_forecast"
     Params = OnlineForecastParams
-    summary = ("wa_diloco plus a request-rate forecast (EWMA or Holt-Winters): after h_min, merge when the "
-               "score clears the threshold and the forecast merge window is the cheapest ahead and cheap "
-               "against recent history; forced at h_max")
+    summary = (
+        "wa_diloco plus a request-rate forecast (EWMA or Holt-Winters): after h_min, merge when the "
+        "score clears the threshold and the forecast merge window is the cheapest ahead and cheap "
+        "against recent history; forced at h_max"
+    )
 
     def __init__(self, params: OnlineForecastParams, ctx: PolicyContext):
         super().__init__(params, ctx)
@@ -90,7 +97,7 @@ class OnlineForecast(ScoreMixin, Policy):
             return False  # a cheaper window is forecast within reach
         counts = obs.arrival_counts
         m = max(1, int(round(dur / obs.bin_s)))
-        look = counts[-max(m, int(round(p.lookback_s / obs.bin_s))):]
+        look = counts[-max(m, int(round(p.lookback_s / obs.bin_s))) :]
         if len(look) < m:
             return True  # no history to compare with yet
         past = np.convolve(look, np.ones(m), mode="valid")  # arrivals in every D-long window

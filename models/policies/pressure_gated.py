@@ -9,6 +9,7 @@ default: any one saturated resource defers), or their weighted mean (`combine: w
 normalised by their sum, so the result stays in [0, 1]). The default threshold 0.75 lets a
 50 %-loaded serving tier merge on cadence and defers through bursts or saturation.
 """
+
 from __future__ import annotations
 
 from typing import Literal

@@ -23,6 +23,7 @@ largest pressure weight: at threshold 0 the controller merges once the progress 
 the serving load, e.g. near 256 steps at 50 % serving load, at `h_min` in quiet periods of a
 bursty load, and only at `h_max` when serving is saturated.
 """
+
 from __future__ import annotations
 
 from pydantic import Field, model_validator
@@ -43,8 +44,10 @@ class WaDilocoParams(Params):
     @model_validator(mode="after")
     def _some_progress(self):
         if self.w_loss + self.w_tok + self.w_stale <= 0:
-            raise ValueError("at least one of w_loss, w_tok, w_stale must be positive, or the score "
-                             "never rises and only h_max would ever merge")
+            raise ValueError(
+                "at least one of w_loss, w_tok, w_stale must be positive, or the score "
+                "never rises and only h_max would ever merge"
+            )
         return self
 
 
@@ -82,16 +85,24 @@ class ScoreMixin:
         """Mean over learners of s_i (the pressure terms are fleet-wide, the same for every i)."""
         p = self.p
         dl, tk, st = self.progress_terms(obs)
-        return (p.w_loss * dl + p.w_tok * tk + p.w_stale * st
-                - p.w_net * obs.p_net - p.w_srv * obs.p_srv - p.w_ckpt * obs.p_ckpt)
+        return (
+            p.w_loss * dl
+            + p.w_tok * tk
+            + p.w_stale * st
+            - p.w_net * obs.p_net
+            - p.w_srv * obs.p_srv
+            - p.w_ckpt * obs.p_ckpt
+        )
 
 
 @register
 class WaDiloco(ScoreMixin, Policy):
     name = "wa_diloco"
     Params = WaDilocoParams
-    summary = ("workload-aware: merge after h_min once the mean learner score (progress minus weighted "
-               "network/serving/checkpoint pressure) reaches the threshold; forced at h_max")
+    summary = (
+        "workload-aware: merge after h_min once the mean learner score (progress minus weighted "
+        "network/serving/checkpoint pressure) reaches the threshold; forced at h_max"
+    )
 
     def decide(self, obs: Observation) -> bool:
         self.track_rate(obs)
