@@ -15,12 +15,10 @@ from wadiloco.sim.fleet import RunResult, simulate
 
 
 def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
-    _, p = parse_policy(policy, params)
-    ref = getattr(p, "reference", None)
-    if not ref:
+    cls, p = parse_policy(policy, params)
+    if not cls.takes_reference:
         return None
-    ref_params = dict(getattr(p, "reference_params", None) or {})
-    return ref, ref_params
+    return p.reference, dict(p.reference_params or {})
 
 
 def run_one(

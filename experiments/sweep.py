@@ -48,9 +48,6 @@ from wadiloco.models.config import Scenario, Strict, _check_finite, load_scenari
 from wadiloco.models.errors import InputError
 
 BASELINE = "no_sync"
-CONTROLS = (
-    "matched_random",
-)  # policies that are comparators by default (a `control = True` class attribute also counts)
 PLUGINS_ENV = "WADILOCO_PLUGINS"
 
 
@@ -410,7 +407,7 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
             raise InputError(
                 file, f"policies.{i}.name", f"unknown policy {ps.name!r}; known: {', '.join(sorted(POLICIES))}"
             )
-        takes_ref = "reference" in POLICIES[ps.name].Params.model_fields
+        takes_ref = POLICIES[ps.name].takes_reference
         if takes_ref and "reference" in ps.params:
             raise InputError(
                 file,
@@ -492,8 +489,7 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
             alabel = ps.label if ps.label and len(ps.references) == 1 else f"{label}[{ref}]"
             if alabel in plain or alabel in {a.label for a in arms}:
                 raise InputError(file, f"policies.{i}.label", f"label {alabel!r} is used twice")
-            is_control = ps.name in CONTROLS or bool(getattr(POLICIES[ps.name], "control", False))
-            role = ps.role or ("control" if is_control else "policy")
+            role = ps.role or ("control" if POLICIES[ps.name].control else "policy")
             arms.append(Arm(alabel, ps.name, params, stable_hash([ps.name, params]), ps.draws, role, ref, where_ok))
     base = [a for a in arms if a.role == "baseline"]
     if base and base[0].regimes is not None:

@@ -53,6 +53,7 @@ class TestMatched(Policy):
     name = "test_matched"
     Params = MatchedParams
     control = True
+    takes_reference = True
     respects_corridor = False
     summary = "test only: the reference's merge count, evenly spaced with a random offset"
 

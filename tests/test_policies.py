@@ -333,3 +333,21 @@ def test_bursty_oracle_overlaps_fewer_requests_than_matched_random():
         oc.append(a["overlap_requests"])
         mr.append(b["overlap_requests"])
     assert np.mean(oc) < np.mean(mr), (oc, mr)
+
+
+def test_capabilities_are_declared_and_checked_at_registration():
+    from wadiloco.models.policies import POLICIES, register
+    from wadiloco.models.policies.base import Policy
+    from wadiloco.models.policies.matched_random import ReferenceParams
+
+    assert {n for n, c in POLICIES.items() if c.takes_reference} >= {"matched_random", "offline_calibrated"}
+    assert POLICIES["matched_random"].control and not POLICIES["wa_diloco"].control
+    assert POLICIES["offline_calibrated"].oracle and not POLICIES["online_forecast"].oracle
+
+    class Undeclared(Policy):  # has a reference field but does not say so
+        name = "test_undeclared"
+        Params = ReferenceParams
+
+    with pytest.raises(ValueError, match="takes_reference"):
+        register(Undeclared)
+    assert "test_undeclared" not in POLICIES

@@ -14,6 +14,12 @@ POLICIES: dict[str, type[Policy]] = {}
 def register(cls: type[Policy]) -> type[Policy]:
     if not cls.name:
         raise ValueError("a policy needs a name")
+    has_ref = "reference" in cls.Params.model_fields
+    if cls.takes_reference != has_ref:
+        raise ValueError(
+            f"policy {cls.name!r}: takes_reference = {cls.takes_reference} but its Params "
+            f"{'have' if has_ref else 'lack'} a `reference` field"
+        )
     POLICIES[cls.name] = cls
     return cls
 
@@ -43,7 +49,16 @@ def describe_policies() -> list[dict[str, Any]]:
             k: (f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
             for k, f in cls.Params.model_fields.items()
         }
-        out.append({"name": name, "oracle": cls.oracle, "summary": cls.summary, "params": fields})
+        out.append(
+            {
+                "name": name,
+                "oracle": cls.oracle,
+                "control": cls.control,
+                "takes_reference": cls.takes_reference,
+                "summary": cls.summary,
+                "params": fields,
+            }
+        )
     return out
 
 

@@ -76,8 +76,15 @@ class PolicyContext:
 
 
 class Policy:
+    """Capabilities are declared, not guessed: `oracle` (may read the future through `prepare`),
+    `control` (a randomised comparator, not an evaluated policy), `takes_reference` (inherits a
+    reference run's merge budget; its Params then have `reference` and `reference_params`), and
+    `respects_corridor` (checked against h_min/h_max by the invariants)."""
+
     name: ClassVar[str] = ""
     oracle: ClassVar[bool] = False
+    control: ClassVar[bool] = False
+    takes_reference: ClassVar[bool] = False
     respects_corridor: ClassVar[bool] = True
     Params: ClassVar[type[Params]] = Params
     summary: ClassVar[str] = ""

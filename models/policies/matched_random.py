@@ -52,7 +52,7 @@ class ReferenceParams(Params):
 
         if v not in POLICIES:
             raise ValueError(f"unknown reference policy {v!r}; known: {', '.join(sorted(POLICIES))}")
-        if "reference" in POLICIES[v].Params.model_fields:
+        if POLICIES[v].takes_reference:
             raise ValueError(f"reference {v!r} is itself a matched control; name the policy it should match")
         if not POLICIES[v].respects_corridor:
             raise ValueError(f"reference {v!r} does not respect the corridor, so its merge count cannot be matched")
@@ -72,6 +72,8 @@ class ReferenceParams(Params):
 class MatchedControl(Policy):
     """Base of the controls that take a reference's merge budget: the reference's own params must
     fit the scenario's corridor too (e.g. `reference: fixed` with H outside it is an input error)."""
+
+    takes_reference = True
 
     @classmethod
     def check_corridor(cls, params: ReferenceParams, h_min: int, h_max: int) -> str | None:
@@ -115,6 +117,7 @@ def plan_window(
 @register
 class MatchedRandom(MatchedControl):
     name = "matched_random"
+    control = True
     Params = ReferenceParams
     summary = (
         "control: the reference run's merge count, placed uniformly at random among corridor-feasible "
