@@ -9,15 +9,15 @@ plus wall time, simulated seconds, SimPy events processed and events/s, engine i
 largest disagreement in per-request times between the modes and the reference (a sanity check;
 tests/test_queueing.py asserts it). One process, one thread: these measure one core.
 
-Then (benchmarks/sweep.py, benchmarks/memory.py; `--skip-sweep`, `--skip-memory` leave them out):
-  sweep_runs_per_min_1w/_2w  experiments/smoke.yaml through experiments.sweeper.execute_plan on 1 and
+Then (benchmarks/sweep_speed.py, benchmarks/memory.py; `--skip-sweep`, `--skip-memory` leave them out):
+  sweep_runs_per_min_1w/_2w  experiments/smoke.yaml through experiments.sweep.execute_plan on 1 and
                           2 local worker processes: runs x 60 / wall seconds of the sweep phase
                           (pool start-up, runs, store writes; no report rendering);
   dask_efficiency_2w      runs/min of the same sweep on a running 2-worker Dask LocalCluster over
                           2 x runs/min on a running 1-worker one (clusters started and warmed before
                           the clock; start-up reported apart, and a cold figure beside it);
   paper_yaml_est_min_2w   an estimate of experiments/paper.yaml on 2 local workers, from per-regime
-                          run times (see benchmarks/sweep.py: paper_estimate);
+                          run times (see benchmarks/sweep_speed.py: paper_estimate);
   peak_rss_mb_1h_64sidecars  peak RSS (MiB) of a child process running a 1-hour azure_conv replay on
                           64 sidecars (8 islands x 8 hosts x 1), per-request table included.
 Every figure is the median of >= 3 runs (5 by default for the one-core figures, 3 for the rest).
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     out = run_all(runs, horizon, args.seed)
     other_runs = 3 if args.runs is None else runs  # slow figures: 3 runs unless told otherwise
     if not args.skip_sweep:
-        from wadiloco.benchmarks.sweep import paper_estimate, run_sweep_benchmarks
+        from wadiloco.benchmarks.sweep_speed import paper_estimate, run_sweep_benchmarks
 
         sw = run_sweep_benchmarks(other_runs, quick=args.quick)
         out.update(sw)

@@ -1,6 +1,7 @@
 """`wadiloco`: the one entry point. Each subcommand lives in the module that owns its work and
-registers itself through `add_parser(subparsers)`; this file only dispatches and turns
-`InputError` into a one-paragraph message and exit code 2 (never a traceback)."""
+registers itself through `add_parser(subparsers)`; this file loads the $WADILOCO_PLUGINS policy
+modules (first, so every command knows their policies), dispatches, and turns `InputError` into a
+one-paragraph message and exit code 2 (never a traceback)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import argparse
 import importlib
 import sys
 
+from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
 from wadiloco.models.errors import InputError
 
 # Modules that contribute subcommands; each defines add_parser(subparsers).
-COMMAND_MODULES = ["wadiloco.experiments.commands", "wadiloco.experiments.planning_cli"]
-OPTIONAL_MODULES = ["wadiloco.experiments.sweep_cli"]
+COMMAND_MODULES = [
+    "wadiloco.experiments.commands",
+    "wadiloco.experiments.planning_cli",
+    "wadiloco.experiments.sweep.cli",
+]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,18 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)
-    for mod in OPTIONAL_MODULES:
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-            continue
-        m.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        load_plugins(plugin_modules())
+    except InputError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
     args = build_parser().parse_args(argv)
     try:
         rc = args.func(args)

@@ -24,6 +24,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from wadiloco.experiments.output import write_atomic  # noqa: E402
+from wadiloco.experiments.protocol import LOSS, SE, VR  # noqa: E402
+from wadiloco.models.metrics import SYNC_EXCESS  # noqa: E402
 
 ROLE_COLORS = {"baseline": "#7f7f7f", "policy": "#1f77b4", "control": "#ff7f0e"}
 
@@ -62,7 +64,7 @@ def violation_rate(summary: pd.DataFrame, regimes: list[str], path: Path) -> Non
     fig, axes = _grid(len(regimes))
     for ax, reg in zip(axes, regimes):
         sub = summary[summary["regime"] == reg].reset_index(drop=True)
-        y = sub["violation_rate_mean"].astype(float) * 100
+        y = sub[f"{VR}_mean"].astype(float) * 100
         sns.barplot(
             x=sub["policy"],
             y=y,
@@ -77,7 +79,7 @@ def violation_rate(summary: pd.DataFrame, regimes: list[str], path: Path) -> Non
         ax.errorbar(
             np.arange(len(sub)),
             y,
-            yerr=_err(y, sub["violation_rate_ci_low"] * 100, sub["violation_rate_ci_high"] * 100),
+            yerr=_err(y, sub[f"{VR}_ci_low"] * 100, sub[f"{VR}_ci_high"] * 100),
             fmt="none",
             ecolor="black",
             capsize=3,
@@ -109,7 +111,7 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
         order = list(ctrl["policy"])
         sns.stripplot(
             x=r["policy"],
-            y=r["sync_excess"] * 100,
+            y=r[SYNC_EXCESS] * 100,
             order=order,
             color=ROLE_COLORS["control"],
             alpha=0.45,
@@ -132,7 +134,7 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
         unpaired = [r["policy"] for _, r in pols.iterrows() if r["matched_control"] not in order]
         slot: dict[str, int] = {}
         for j, row in pols.iterrows():
-            y = row["sync_excess_mean"] * 100
+            y = row[f"{SE}_mean"] * 100
             if not math.isfinite(y):
                 continue
             if row["matched_control"] in order:
@@ -143,7 +145,7 @@ def envelope(summary: pd.DataFrame, runs: pd.DataFrame, regimes: list[str], path
             ax.errorbar(
                 [x],
                 [y],
-                yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
+                yerr=_err([y], [row[f"{SE}_ci_low"] * 100], [row[f"{SE}_ci_high"] * 100]),
                 fmt=markers[j % len(markers)],
                 color=sns.color_palette("dark", 8)[j % 8],
                 capsize=3,
@@ -213,14 +215,14 @@ def tradeoff(summary: pd.DataFrame, regimes: list[str], path: Path) -> None:
         s = summary[summary["regime"] == reg].reset_index(drop=True)
         pal = sns.color_palette("tab10", max(len(s), 1))
         for i, row in s.iterrows():
-            x, y = row["final_loss_mean"], row["sync_excess_mean"] * 100
+            x, y = row[f"{LOSS}_mean"], row[f"{SE}_mean"] * 100
             if not (math.isfinite(x) and math.isfinite(y)):
                 continue
             ax.errorbar(
                 [x],
                 [y],
-                xerr=_err([x], [row["final_loss_ci_low"]], [row["final_loss_ci_high"]]),
-                yerr=_err([y], [row["sync_excess_ci_low"] * 100], [row["sync_excess_ci_high"] * 100]),
+                xerr=_err([x], [row[f"{LOSS}_ci_low"]], [row[f"{LOSS}_ci_high"]]),
+                yerr=_err([y], [row[f"{SE}_ci_low"] * 100], [row[f"{SE}_ci_high"] * 100]),
                 fmt="o",
                 color=pal[i],
                 capsize=3,

@@ -44,6 +44,8 @@ from wadiloco.experiments.stats import (
     holm,
     paired_wilcoxon,
 )
+from wadiloco.experiments.sweep.plan import Arm, Plan, Regime
+from wadiloco.models import metrics as M
 from wadiloco.models.rng import stream
 
 RUN_COLUMNS = [
@@ -54,33 +56,47 @@ RUN_COLUMNS = [
     ("seed", "Int64"),
     ("draw", "Int64"),
     ("status", "str"),
-    ("requests", "Int64"),
-    ("completed", "Int64"),
-    ("slo_violations", "Int64"),
-    ("slo_violation_rate", "float"),
-    ("baseline_violation_rate", "float"),
-    ("sync_excess", "float"),
-    ("merges", "Int64"),
-    ("inner_steps", "Int64"),
-    ("reference_merges", "Int64"),
-    ("merge_duration_mean_s", "float"),
-    ("ttft_p95_s", "float"),
-    ("tpot_p95_s", "float"),
-    ("e2e_p95_s", "float"),
-    ("e2e_p95_overlap_s", "float"),
-    ("e2e_p95_no_overlap_s", "float"),
-    ("p95_ratio", "float"),
-    ("e2e_p95_overlap_matched_s", "float"),
-    ("e2e_p95_overlap_baseline_s", "float"),
-    ("p95_ratio_matched", "float"),
-    ("overlap_requests", "Int64"),
-    ("final_loss", "float"),
+    (M.REQUESTS, "Int64"),
+    (M.COMPLETED, "Int64"),
+    (M.SLO_VIOLATIONS, "Int64"),
+    (M.SLO_VIOLATION_RATE, "float"),
+    (M.BASELINE_VIOLATION_RATE, "float"),
+    (M.SYNC_EXCESS, "float"),
+    (M.MERGES, "Int64"),
+    (M.INNER_STEPS, "Int64"),
+    (M.REFERENCE_MERGES, "Int64"),
+    (M.MERGE_DURATION_MEAN, "float"),
+    (M.TTFT_P95, "float"),
+    (M.TPOT_P95, "float"),
+    (M.E2E_P95, "float"),
+    (M.E2E_P95_OVERLAP, "float"),
+    (M.E2E_P95_NO_OVERLAP, "float"),
+    (M.P95_RATIO, "float"),
+    (M.E2E_P95_OVERLAP_MATCHED, "float"),
+    (M.E2E_P95_OVERLAP_BASELINE, "float"),
+    (M.P95_RATIO_MATCHED, "float"),
+    (M.OVERLAP_REQUESTS, "Int64"),
+    (M.FINAL_LOSS, "float"),
     ("scenario_hash", "str"),
     ("params_hash", "str"),
-    ("arrivals_hash", "str"),
+    (M.ARRIVALS_HASH, "str"),
     ("error", "str"),
 ]
+# Figures copied from a run's summary as they are, and those read as floats (None -> NaN).
+_AS_IS = (M.REQUESTS, M.COMPLETED, M.SLO_VIOLATIONS, M.MERGES, M.INNER_STEPS, M.OVERLAP_REQUESTS)
+_FLOATS = (
+    M.MERGE_DURATION_MEAN,
+    M.TTFT_P95,
+    M.TPOT_P95,
+    M.E2E_P95,
+    M.E2E_P95_OVERLAP,
+    M.E2E_P95_NO_OVERLAP,
+    M.E2E_P95_OVERLAP_MATCHED,
+    M.E2E_P95_OVERLAP_BASELINE,
+    M.FINAL_LOSS,
+)
 
+SE, VR, LOSS = M.SYNC_EXCESS, "violation_rate", M.FINAL_LOSS  # stems of the summary's mean/CI columns
 SUMMARY_COLUMNS = [
     "regime",
     "policy",
@@ -89,112 +105,61 @@ SUMMARY_COLUMNS = [
     "n_seeds",
     "n_runs",
     "n_errors",
-    "violation_rate_mean",
-    "violation_rate_ci_low",
-    "violation_rate_ci_high",
-    "sync_excess_mean",
-    "sync_excess_ci_low",
-    "sync_excess_ci_high",
-    "p95_ratio",
-    "p95_ratio_ci_low",
-    "p95_ratio_ci_high",
-    "p95_ratio_matched",
-    "p95_ratio_matched_ci_low",
-    "p95_ratio_matched_ci_high",
+    f"{VR}_mean",
+    f"{VR}_ci_low",
+    f"{VR}_ci_high",
+    f"{SE}_mean",
+    f"{SE}_ci_low",
+    f"{SE}_ci_high",
+    M.P95_RATIO,
+    f"{M.P95_RATIO}_ci_low",
+    f"{M.P95_RATIO}_ci_high",
+    M.P95_RATIO_MATCHED,
+    f"{M.P95_RATIO_MATCHED}_ci_low",
+    f"{M.P95_RATIO_MATCHED}_ci_high",
     "transfer_metric",
     "regime_p95_ratio",
     "regime_p95_ratio_ci_low",
     "regime_p95_ratio_ci_high",
     "effect_transfers",
     "load_match",
-    "merges_mean",
-    "final_loss_mean",
-    "final_loss_ci_low",
-    "final_loss_ci_high",
+    f"{M.MERGES}_mean",
+    f"{LOSS}_mean",
+    f"{LOSS}_ci_low",
+    f"{LOSS}_ci_high",
     "matched_control",
     "mr_envelope_low",
     "mr_envelope_high",
-    "mr_sync_excess_mean",
+    f"mr_{SE}_mean",
     "diff_vs_matched_random",
     "p_vs_matched_random",
     "p_holm",
     "verdict",
     "notes",
 ]
-
-
-def active(arm: dict[str, Any], regime: str) -> bool:
-    """Whether an arm runs in a regime (a sweep entry may name its regimes)."""
-    return not arm.get("regimes") or regime in arm["regimes"]
+COMPARISON_COLUMNS = ["regime", "policy", "control", "n_pairs", "diff_mean", "p_value", "p_holm", "note"]
 
 
 def _num(x) -> float:
     return float(x) if x is not None and not (isinstance(x, float) and math.isnan(x)) else float("nan")
 
 
-def runs_table(plan: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame:
+def runs_table(plan: Plan, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per stored run, in the plan's order (regime, policy, seed, draw)."""
     by_key = {(r["scenario_hash"], r["policy_label"], r["params_hash"], r["seed"], r["draw"]): r for r in rows}
     recs = []
-    for reg in plan["regimes"]:
-        base = next(a for a in plan["arms"] if a["role"] == "baseline")
+    for reg in plan.regimes:
         base_rate = {}
-        for s in plan["seeds"]:
-            b = by_key.get((reg["scenario_hash"], base["label"], base["params_hash"], s, 0))
+        for s in plan.seeds:
+            b = by_key.get(plan.key(reg, plan.baseline, s, 0))
             if b and b["status"] == "ok":
-                base_rate[s] = _num(b["summary"].get("slo_violation_rate"))
-        for arm in plan["arms"]:
-            for s in plan["seeds"]:
-                for d in range(arm["draws"]):
-                    r = by_key.get((reg["scenario_hash"], arm["label"], arm["params_hash"], s, d))
-                    if r is None:
-                        continue
-                    sm = r["summary"] or {}
-                    ok = r["status"] == "ok"
-                    rate = _num(sm.get("slo_violation_rate")) if ok else float("nan")
-                    br = base_rate.get(s, float("nan"))
-                    ov, nov = _num(sm.get("e2e_p95_overlap_s")), _num(sm.get("e2e_p95_no_overlap_s"))
-                    mo, mb = _num(sm.get("e2e_p95_overlap_matched_s")), _num(sm.get("e2e_p95_overlap_baseline_s"))
-                    recs.append(
-                        {
-                            "regime": reg["name"],
-                            "policy": arm["label"],
-                            "policy_name": arm["name"],
-                            "role": arm["role"],
-                            "seed": s,
-                            "draw": d,
-                            "status": r["status"],
-                            "requests": sm.get("requests"),
-                            "completed": sm.get("completed"),
-                            "slo_violations": sm.get("slo_violations"),
-                            "slo_violation_rate": rate,
-                            "baseline_violation_rate": br,
-                            "sync_excess": rate - br,
-                            "merges": sm.get("merges"),
-                            "inner_steps": sm.get("inner_steps"),
-                            "reference_merges": (r["reference"] or {}).get("merges"),
-                            "merge_duration_mean_s": _num(sm.get("merge_duration_mean_s")),
-                            "ttft_p95_s": _num(sm.get("ttft_p95_s")),
-                            "tpot_p95_s": _num(sm.get("tpot_p95_s")),
-                            "e2e_p95_s": _num(sm.get("e2e_p95_s")),
-                            "e2e_p95_overlap_s": ov,
-                            "e2e_p95_no_overlap_s": nov,
-                            "p95_ratio": ov / nov
-                            if math.isfinite(ov) and math.isfinite(nov) and nov > 0
-                            else float("nan"),
-                            "e2e_p95_overlap_matched_s": mo,
-                            "e2e_p95_overlap_baseline_s": mb,
-                            "p95_ratio_matched": mo / mb
-                            if math.isfinite(mo) and math.isfinite(mb) and mb > 0
-                            else float("nan"),
-                            "overlap_requests": sm.get("overlap_requests"),
-                            "final_loss": _num(sm.get("final_loss")),
-                            "scenario_hash": reg["scenario_hash"],
-                            "params_hash": arm["params_hash"],
-                            "arrivals_hash": sm.get("arrivals_hash", ""),
-                            "error": r.get("error") or "",
-                        }
-                    )
+                base_rate[s] = _num(b["summary"].get(M.SLO_VIOLATION_RATE))
+        for arm in plan.arms:
+            for s in plan.seeds:
+                for d in range(arm.draws):
+                    r = by_key.get(plan.key(reg, arm, s, d))
+                    if r is not None:
+                        recs.append(_run_record(reg, arm, s, d, r, base_rate.get(s, float("nan"))))
     df = pd.DataFrame.from_records(recs, columns=[c for c, _ in RUN_COLUMNS])
     for c, t in RUN_COLUMNS:
         df[c] = (
@@ -205,216 +170,197 @@ def runs_table(plan: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame
     return df.reset_index(drop=True)
 
 
+def _run_record(reg: Regime, arm: Arm, seed: int, draw: int, r: dict[str, Any], base_rate: float) -> dict[str, Any]:
+    sm = r["summary"] or {}
+    rate = _num(sm.get(M.SLO_VIOLATION_RATE)) if r["status"] == "ok" else float("nan")
+    rec: dict[str, Any] = {"regime": reg.name, "policy": arm.label, "policy_name": arm.name, "role": arm.role}
+    rec.update(seed=seed, draw=draw, status=r["status"], scenario_hash=reg.digest, params_hash=arm.params_hash)
+    rec.update({c: sm.get(c) for c in _AS_IS})
+    rec.update({c: _num(sm.get(c)) for c in _FLOATS})
+    rec[M.SLO_VIOLATION_RATE] = rate
+    rec[M.BASELINE_VIOLATION_RATE] = base_rate
+    rec[M.SYNC_EXCESS] = M.sync_excess(rate, base_rate)
+    rec[M.REFERENCE_MERGES] = (r["reference"] or {}).get("merges")
+    rec[M.P95_RATIO] = M.p95_ratio(rec[M.E2E_P95_OVERLAP], rec[M.E2E_P95_NO_OVERLAP])
+    rec[M.P95_RATIO_MATCHED] = M.p95_ratio(rec[M.E2E_P95_OVERLAP_MATCHED], rec[M.E2E_P95_OVERLAP_BASELINE])
+    rec[M.ARRIVALS_HASH] = sm.get(M.ARRIVALS_HASH, "")
+    rec["error"] = r.get("error") or ""
+    return rec
+
+
 def load_check(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (regime, seed): how many distinct arrival hashes the completed runs saw (1 = matched)."""
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=["regime", "seed", "runs", "distinct_arrivals", "matched"])
-    g = ok.groupby(["regime", "seed"], sort=False)["arrivals_hash"].agg(["size", "nunique"]).reset_index()
+    g = ok.groupby(["regime", "seed"], sort=False)[M.ARRIVALS_HASH].agg(["size", "nunique"]).reset_index()
     g.columns = ["regime", "seed", "runs", "distinct_arrivals"]
     g["matched"] = g["distinct_arrivals"] == 1
     return g
 
 
-class _Boot:
-    def __init__(self, plan: dict[str, Any]):
-        b = plan.get("bootstrap", {})
-        self.kw = {
-            "confidence": b.get("confidence", 0.95),
-            "n_resamples": b.get("n_resamples", 9999),
-            "method": b.get("method", "BCa"),
-        }
-        self.seed = int(b.get("seed", 0))
+class _Settings:
+    """The analysis settings of a plan: bootstrap streams, the gate, the transfer metric's columns."""
+
+    def __init__(self, plan: Plan):
+        b, g = plan.bootstrap, plan.gate
+        self.kw = {"confidence": b.confidence, "n_resamples": b.n_resamples, "method": b.method}
+        self.seed = int(b.seed)
+        self.seeds = list(plan.seeds)
+        self.alpha, self.min_ratio, self.metric = float(g.alpha), float(g.min_p95_ratio), g.transfer
+        self.env_lo, self.env_hi = g.envelope
+        self.num, self.den, self.ratio = (
+            (M.E2E_P95_OVERLAP_MATCHED, M.E2E_P95_OVERLAP_BASELINE, M.P95_RATIO_MATCHED)
+            if g.transfer == "matched"
+            else (M.E2E_P95_OVERLAP, M.E2E_P95_NO_OVERLAP, M.P95_RATIO)
+        )
 
     def mean(self, x, *names) -> CI:
         return bootstrap_mean_ci(x, rng=stream(self.seed, "bootstrap", *names), **self.kw)
 
-    def ratio(self, num, den, *names) -> CI:
+    def ratio_ci(self, num, den, *names) -> CI:
         return bootstrap_ratio_of_means_ci(num, den, rng=stream(self.seed, "bootstrap", *names), **self.kw)
 
+    def per_seed(self, df: pd.DataFrame, col: str) -> np.ndarray:
+        """Mean over draws per seed (NaN where the seed has no finite value), in seed order."""
+        if df.empty:
+            return np.full(len(self.seeds), np.nan)
+        m = df.groupby("seed")[col].mean()
+        return np.array([m.get(s, np.nan) for s in self.seeds], dtype=float)
 
-def _per_seed(df: pd.DataFrame, col: str, seeds: list[int]) -> np.ndarray:
-    """Mean over draws per seed (NaN where the seed has no finite value), in seed order."""
-    if df.empty:
-        return np.full(len(seeds), np.nan)
-    m = df.groupby("seed")[col].mean()
-    return np.array([m.get(s, np.nan) for s in seeds], dtype=float)
 
-
-def analyse(plan: dict[str, Any], runs: pd.DataFrame) -> dict[str, Any]:
+def analyse(plan: Plan, runs: pd.DataFrame) -> dict[str, Any]:
     """The protocol's tables: summary (regime x policy), comparisons, load check, regime transfer."""
-    boot = _Boot(plan)
-    gate = plan.get("gate", {})
-    alpha = float(gate.get("alpha", 0.05))
-    min_ratio = float(gate.get("min_p95_ratio", 1.05))
-    metric = gate.get("transfer", "matched")
-    num_col, den_col, ratio_col = (
-        ("e2e_p95_overlap_matched_s", "e2e_p95_overlap_baseline_s", "p95_ratio_matched")
-        if metric == "matched"
-        else ("e2e_p95_overlap_s", "e2e_p95_no_overlap_s", "p95_ratio")
-    )
-    env_lo, env_hi = gate.get("envelope", (2.5, 97.5))
-    seeds = list(plan["seeds"])
+    st = _Settings(plan)
     loads = load_check(runs)
     ok_runs = runs[runs["status"] == "ok"]
-
     summary_rows, comparisons, transfer = [], [], {}
-    for reg in plan["regimes"]:
-        rname = reg["name"]
-        rr = ok_runs[ok_runs["regime"] == rname]
+    for reg in plan.regimes:
+        rname = reg.name
         lr = loads[loads["regime"] == rname]
         mismatched = lr.loc[~lr["matched"], "seed"].tolist() if not lr.empty else []
         load_match = bool(len(lr) and not mismatched)
-
-        # Regime-level effect transfer: every run with merges and both latency groups.
-        merging = rr[(rr["merges"].fillna(0) > 0) & rr[ratio_col].notna()]
-        t_ci = boot.ratio(_per_seed(merging, num_col, seeds), _per_seed(merging, den_col, seeds), rname, "*", ratio_col)
-        transfers = bool(math.isfinite(t_ci.low) and t_ci.low > 1.0 and t_ci.mean >= min_ratio)
+        t_ci = _regime_transfer(ok_runs[ok_runs["regime"] == rname], rname, st)
+        transfers = bool(math.isfinite(t_ci.low) and t_ci.low > 1.0 and t_ci.mean >= st.min_ratio)
         transfer[rname] = {"ratio": t_ci, "transfers": transfers}
-
-        arms = [a for a in plan["arms"] if active(a, rname)]
-        per_arm: dict[str, dict[str, Any]] = {}
-        for arm in arms:
-            lab = arm["label"]
-            a_all = runs[(runs["regime"] == rname) & (runs["policy"] == lab)]
-            a = a_all[a_all["status"] == "ok"]
-            se = _per_seed(a, "sync_excess", seeds)
-            per_arm[lab] = {
-                "arm": arm,
-                "se_seed": se,
-                "runs": a,
-                "n_errors": int((a_all["status"] != "ok").sum()),
-                "expected": len(seeds) * arm["draws"],
-                "vr": boot.mean(_per_seed(a, "slo_violation_rate", seeds), rname, lab, "violation_rate"),
-                "se": boot.mean(se, rname, lab, "sync_excess"),
-                "ratio": boot.ratio(
-                    _per_seed(a[a["p95_ratio"].notna()], "e2e_p95_overlap_s", seeds),
-                    _per_seed(a[a["p95_ratio"].notna()], "e2e_p95_no_overlap_s", seeds),
-                    rname,
-                    lab,
-                    "p95_ratio",
-                ),
-                "mratio": boot.ratio(
-                    _per_seed(a[a["p95_ratio_matched"].notna()], "e2e_p95_overlap_matched_s", seeds),
-                    _per_seed(a[a["p95_ratio_matched"].notna()], "e2e_p95_overlap_baseline_s", seeds),
-                    rname,
-                    lab,
-                    "p95_ratio_matched",
-                ),
-                "loss": boot.mean(_per_seed(a, "final_loss", seeds), rname, lab, "final_loss"),
-                "merges": float(a["merges"].mean()) if len(a) else float("nan"),
-                "envelope": envelope(a["sync_excess"], env_lo, env_hi) if arm["role"] == "control" else (np.nan,) * 2,
-            }
-
-        # Each evaluated policy vs every control spending the same merge budget; Holm over the
-        # regime's comparisons.
-        comps = []
-        for arm in arms:
-            if arm["role"] != "control":
-                continue
-            c_arm = per_arm[arm["label"]]
-            for pol in arms:
-                if pol["role"] != "policy" or (pol["reference"] or pol["label"]) != arm["reference"]:
-                    continue
-                p_arm = per_arm[pol["label"]]
-                d = p_arm["se_seed"] - c_arm["se_seed"]
-                p, note = paired_wilcoxon(d)
-                dd = d[np.isfinite(d)]
-                comps.append(
-                    {
-                        "regime": rname,
-                        "policy": pol["label"],
-                        "control": arm["label"],
-                        "n_pairs": int(len(dd)),
-                        "diff_mean": float(np.mean(dd)) if len(dd) else float("nan"),
-                        "p_value": p,
-                        "note": note,
-                    }
-                )
-        adj = holm([c["p_value"] for c in comps], alpha)
-        for c, ph in zip(comps, adj):
-            c["p_holm"] = float(ph)
+        arms = [a for a in plan.arms if a.runs_in(rname)]
+        per_arm = {
+            a.label: _arm_stats(runs[(runs["regime"] == rname) & (runs["policy"] == a.label)], a, st, rname)
+            for a in arms
+        }
+        comps = _comparisons(arms, per_arm, rname, st.alpha)
         comparisons.extend(comps)
-
-        for arm in arms:
-            lab = arm["label"]
-            pa = per_arm[lab]
-            notes = [
-                n
-                for n in (
-                    pa["se"].note and f"sync-excess: {pa['se'].note}",
-                    pa["ratio"].note and f"p95 ratio: {pa['ratio'].note}",
-                )
-                if n
-            ]
-            mine = [c for c in comps if c["policy"] == lab]
-            comp = mine[0] if mine else None
-            if len(mine) > 1:
-                notes.append("also compared with " + ", ".join(c["control"] for c in mine[1:]) + " (see comparisons)")
-            if arm["role"] == "control":
-                env = pa["envelope"]
-                ctrl_label = lab
-            elif comp:
-                env = per_arm[comp["control"]]["envelope"]
-                ctrl_label = comp["control"]
-            else:
-                env, ctrl_label = (np.nan, np.nan), ""
-            verdict = _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci, min_ratio, alpha, len(seeds))
-            summary_rows.append(
-                {
-                    "regime": rname,
-                    "policy": lab,
-                    "policy_name": arm["name"],
-                    "role": arm["role"],
-                    "n_seeds": int(pa["se"].n),
-                    "n_runs": int(len(pa["runs"])),
-                    "n_errors": pa["n_errors"],
-                    "violation_rate_mean": pa["vr"].mean,
-                    "violation_rate_ci_low": pa["vr"].low,
-                    "violation_rate_ci_high": pa["vr"].high,
-                    "sync_excess_mean": pa["se"].mean,
-                    "sync_excess_ci_low": pa["se"].low,
-                    "sync_excess_ci_high": pa["se"].high,
-                    "p95_ratio": pa["ratio"].mean,
-                    "p95_ratio_ci_low": pa["ratio"].low,
-                    "p95_ratio_ci_high": pa["ratio"].high,
-                    "p95_ratio_matched": pa["mratio"].mean,
-                    "p95_ratio_matched_ci_low": pa["mratio"].low,
-                    "p95_ratio_matched_ci_high": pa["mratio"].high,
-                    "transfer_metric": metric,
-                    "regime_p95_ratio": t_ci.mean,
-                    "regime_p95_ratio_ci_low": t_ci.low,
-                    "regime_p95_ratio_ci_high": t_ci.high,
-                    "effect_transfers": transfers,
-                    "load_match": load_match,
-                    "merges_mean": pa["merges"],
-                    "final_loss_mean": pa["loss"].mean,
-                    "final_loss_ci_low": pa["loss"].low,
-                    "final_loss_ci_high": pa["loss"].high,
-                    "matched_control": ctrl_label,
-                    "mr_envelope_low": env[0],
-                    "mr_envelope_high": env[1],
-                    "mr_sync_excess_mean": per_arm[ctrl_label]["se"].mean if ctrl_label else float("nan"),
-                    "diff_vs_matched_random": comp["diff_mean"] if comp else float("nan"),
-                    "p_vs_matched_random": comp["p_value"] if comp else float("nan"),
-                    "p_holm": comp["p_holm"] if comp else float("nan"),
-                    "verdict": verdict,
-                    "notes": "; ".join(notes),
-                }
-            )
+        gate = (load_match, mismatched, transfers, t_ci)
+        summary_rows += [_summary_row(rname, a, per_arm, comps, gate, st) for a in arms]
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
     for c in ("n_seeds", "n_runs", "n_errors"):
         summary[c] = summary[c].astype("Int64")
-    comp_df = pd.DataFrame(
-        comparisons, columns=["regime", "policy", "control", "n_pairs", "diff_mean", "p_value", "p_holm", "note"]
-    )
+    comp_df = pd.DataFrame(comparisons, columns=COMPARISON_COLUMNS)
     return {"summary": summary, "comparisons": comp_df, "loads": loads, "transfer": transfer}
 
 
+def _regime_transfer(rr: pd.DataFrame, rname: str, st: _Settings) -> CI:
+    """Regime-level effect transfer: every run with merges and both latency groups, per seed."""
+    merging = rr[(rr[M.MERGES].fillna(0) > 0) & rr[st.ratio].notna()]
+    return st.ratio_ci(st.per_seed(merging, st.num), st.per_seed(merging, st.den), rname, "*", st.ratio)
+
+
+def _arm_stats(a_all: pd.DataFrame, arm: Arm, st: _Settings, rname: str) -> dict[str, Any]:
+    """One arm's figures in one regime, from its runs there (failed ones counted, not used)."""
+    lab = arm.label
+    a = a_all[a_all["status"] == "ok"]
+    se = st.per_seed(a, M.SYNC_EXCESS)
+    ov = a[a[M.P95_RATIO].notna()]
+    mo = a[a[M.P95_RATIO_MATCHED].notna()]
+    return {
+        "se_seed": se,
+        "runs": a,
+        "n_errors": int((a_all["status"] != "ok").sum()),
+        "expected": len(st.seeds) * arm.draws,
+        "vr": st.mean(st.per_seed(a, M.SLO_VIOLATION_RATE), rname, lab, VR),
+        "se": st.mean(se, rname, lab, M.SYNC_EXCESS),
+        "ratio": st.ratio_ci(
+            st.per_seed(ov, M.E2E_P95_OVERLAP), st.per_seed(ov, M.E2E_P95_NO_OVERLAP), rname, lab, M.P95_RATIO
+        ),
+        "mratio": st.ratio_ci(
+            st.per_seed(mo, M.E2E_P95_OVERLAP_MATCHED),
+            st.per_seed(mo, M.E2E_P95_OVERLAP_BASELINE),
+            rname,
+            lab,
+            M.P95_RATIO_MATCHED,
+        ),
+        "loss": st.mean(st.per_seed(a, M.FINAL_LOSS), rname, lab, M.FINAL_LOSS),
+        "merges": float(a[M.MERGES].mean()) if len(a) else float("nan"),
+        "envelope": envelope(a[M.SYNC_EXCESS], st.env_lo, st.env_hi) if arm.role == "control" else (np.nan,) * 2,
+    }
+
+
+def _comparisons(arms: list[Arm], per_arm: dict[str, dict], rname: str, alpha: float) -> list[dict[str, Any]]:
+    """Each evaluated policy vs every control spending the same merge budget; Holm over the regime's."""
+    comps = []
+    for arm in arms:
+        if arm.role != "control":
+            continue
+        c_arm = per_arm[arm.label]
+        for pol in arms:
+            if pol.role != "policy" or pol.budget != arm.reference:
+                continue
+            d = per_arm[pol.label]["se_seed"] - c_arm["se_seed"]
+            p, note = paired_wilcoxon(d)
+            dd = d[np.isfinite(d)]
+            comps.append(
+                {
+                    "regime": rname,
+                    "policy": pol.label,
+                    "control": arm.label,
+                    "n_pairs": int(len(dd)),
+                    "diff_mean": float(np.mean(dd)) if len(dd) else float("nan"),
+                    "p_value": p,
+                    "note": note,
+                }
+            )
+    for c, ph in zip(comps, holm([c["p_value"] for c in comps], alpha)):
+        c["p_holm"] = float(ph)
+    return comps
+
+
+def _summary_row(rname: str, arm: Arm, per_arm: dict, comps: list[dict], gate: tuple, st: _Settings) -> dict:
+    load_match, mismatched, transfers, t_ci = gate
+    lab, pa = arm.label, per_arm[arm.label]
+    notes = [
+        n
+        for n in (
+            pa["se"].note and f"sync-excess: {pa['se'].note}",
+            pa["ratio"].note and f"p95 ratio: {pa['ratio'].note}",
+        )
+        if n
+    ]
+    mine = [c for c in comps if c["policy"] == lab]
+    comp = mine[0] if mine else None
+    if len(mine) > 1:
+        notes.append("also compared with " + ", ".join(c["control"] for c in mine[1:]) + " (see comparisons)")
+    ctrl = lab if arm.role == "control" else comp["control"] if comp else ""
+    env = per_arm[ctrl]["envelope"] if ctrl else (np.nan, np.nan)
+    verdict = _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci, st.min_ratio, st.alpha, len(st.seeds))
+    vr, se, ratio, mratio, loss = pa["vr"], pa["se"], pa["ratio"], pa["mratio"], pa["loss"]
+    nan = float("nan")
+    values = [
+        *(rname, lab, arm.name, arm.role, int(se.n), int(len(pa["runs"])), pa["n_errors"]),
+        *(vr.mean, vr.low, vr.high, se.mean, se.low, se.high),
+        *(ratio.mean, ratio.low, ratio.high, mratio.mean, mratio.low, mratio.high),
+        *(st.metric, t_ci.mean, t_ci.low, t_ci.high, transfers, load_match),
+        *(pa["merges"], loss.mean, loss.low, loss.high),
+        *(ctrl, env[0], env[1], per_arm[ctrl]["se"].mean if ctrl else nan),
+        *((comp["diff_mean"], comp["p_value"], comp["p_holm"]) if comp else (nan, nan, nan)),
+        *(verdict, "; ".join(notes)),
+    ]
+    return dict(zip(SUMMARY_COLUMNS, values, strict=True))
+
+
 def _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci: CI, min_ratio, alpha, n_seeds) -> str:
-    if arm["role"] == "baseline":
+    if arm.role == "baseline":
         return "n/a: no-sync baseline"
-    if arm["role"] == "control":
+    if arm.role == "control":
         return "n/a: matched-random control"
     why = []
     if pa["n_errors"] or len(pa["runs"]) < pa["expected"]:

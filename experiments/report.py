@@ -8,14 +8,17 @@ from __future__ import annotations
 import html
 import io
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from wadiloco.experiments import protocol as P
 from wadiloco.experiments.output import write_atomic
 from wadiloco.experiments.store import STORE_NAME, Store
+from wadiloco.experiments.sweep.kill_points import kill_point
+from wadiloco.experiments.sweep.plan import Plan
+from wadiloco.models import metrics as M
 from wadiloco.models.errors import InputError
 
 
@@ -32,9 +35,10 @@ def csv_text(df: pd.DataFrame) -> str:
     return buf.getvalue()
 
 
-def load(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]], Store]:
+def load(out: Path) -> tuple[Plan, list[dict[str, Any]], Store]:
+    """The plan and the rows a sweep folder's store holds, and the store (open, read-only)."""
     store = Store(out / STORE_NAME, readonly=True)
-    plan = store.plan()
+    plan = Plan.from_dict(store.plan())
     rows = list(store.rows())
     return plan, rows, store
 
@@ -123,49 +127,16 @@ def render_html(title: str, blocks) -> str:
 
 # ---- rendering --------------------------------------------------------------------------------
 
-OUTPUTS = (
-    "runs.csv",
-    "summary.csv",
-    "comparisons.csv",
-    "load_check.csv",
-    "report.md",
-    "report.html",
-    "export.csv",
-    "export.parquet",
-)
-_TEMP = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}$")  # write_atomic's temp files: .<name>.<8 random chars>
-
-
-def remove_stale_temps(out: Path) -> list[str]:
-    """Delete the temp files of writes a kill interrupted (.runs.csv.k3j9x0qa, figures/.x.png.a8d7f6s5).
-    Called by a sweep holding the folder's lock; the finished files themselves are never touched."""
-    removed = []
-    for d, ok in ((out, lambda n: n in OUTPUTS), (out / "figures", lambda n: n.endswith(".png"))):
-        try:
-            names = [p.name for p in d.iterdir()]
-        except OSError:
-            continue
-        for name in names:
-            m = _TEMP.match(name)
-            if m and ok(m.group("name")):
-                try:
-                    (d / name).unlink()
-                    removed.append(name)
-                except OSError:
-                    pass
-    return removed
-
 
 def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
-    from wadiloco.experiments import protocol
-
     out = Path(out)
     plan, rows, store = load(out)
     try:
-        runs = protocol.runs_table(plan, rows)
-        res = protocol.analyse(plan, runs)
+        runs = P.runs_table(plan, rows)
+        res = P.analyse(plan, runs)
         summary, comps, loads = res["summary"], res["comparisons"], res["loads"]
         write_atomic(out / "runs.csv", csv_text(runs))
+        kill_point("wrote:runs.csv")
         write_atomic(out / "summary.csv", csv_text(summary))
         write_atomic(out / "comparisons.csv", csv_text(comps))
         write_atomic(out / "load_check.csv", csv_text(loads))
@@ -173,7 +144,7 @@ def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
     finally:
         store.close()
     blocks = _report_blocks(plan, runs, res, figs)
-    title = f"Sweep report: {plan.get('name', 'sweep')}"
+    title = f"Sweep report: {plan.name}"
     write_atomic(out / "report.md", render_md(blocks))
     write_atomic(out / "report.html", render_html(title, blocks))
     return {"runs": runs, **res, "figures": figs}
@@ -187,7 +158,7 @@ def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, st
         fdir.mkdir(exist_ok=True)
     except OSError as e:
         raise InputError(fdir, "", f"cannot create the figures folder: {e.strerror or e}") from None
-    regimes = [r["name"] for r in plan["regimes"]]
+    regimes = [r.name for r in plan.regimes]
     made = []
     if not summary.empty:
         F.violation_rate(summary, regimes, fdir / "violation_rate.png")
@@ -196,116 +167,39 @@ def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, st
         made.append(("figures/envelope.png", "matched-random envelopes with each policy's mean sync-excess"))
         F.tradeoff(summary, regimes, fdir / "tradeoff.png")
         made.append(("figures/tradeoff.png", "sync-excess SLO violation vs modelled final loss"))
-    seed = plan["timeline_seed"]
-    roles = {a["label"]: a["role"] for a in plan["arms"]}
+    seed = plan.timeline_seed
+    roles = {a.label: a.role for a in plan.arms}
     by_key = {}
     for r in store.rows(with_timeline=True):
         if r["seed"] == seed and r["draw"] == 0 and r["status"] == "ok" and r.get("timeline"):
             by_key[(r["scenario_hash"], r["policy_label"], r["params_hash"])] = r["timeline"]
-    for reg in plan["regimes"]:
-        tls = {a["label"]: by_key.get((reg["scenario_hash"], a["label"], a["params_hash"])) for a in plan["arms"]}
+    for reg in plan.regimes:
+        tls = {a.label: by_key.get((reg.digest, a.label, a.params_hash)) for a in plan.arms}
         tls = {k: v for k, v in tls.items() if v}
         if not tls:
             continue
-        name = f"figures/timeline_{F.slug(reg['name'])}.png"
-        F.timeline(tls, roles, reg["name"], seed, out / name)
-        made.append((name, f"timeline of {reg['name']}, seed {seed}"))
+        name = f"figures/timeline_{F.slug(reg.name)}.png"
+        F.timeline(tls, roles, reg.name, seed, out / name)
+        made.append((name, f"timeline of {reg.name}, seed {seed}"))
     return made
 
 
-def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
-    summary, comps, loads, transfer = res["summary"], res["comparisons"], res["loads"], res["transfer"]
-    from wadiloco.experiments.protocol import active
-
-    n_total = sum(
-        a["draws"] * len(plan["seeds"]) for r in plan["regimes"] for a in plan["arms"] if active(a, r["name"])
-    )
-    n_ok = int((runs["status"] == "ok").sum())
-    n_err = int((runs["status"] == "error").sum())
-    b = plan.get("bootstrap", {})
-    g = plan.get("gate", {})
-    blocks: list = [("h1", f"Sweep report: {plan.get('name', 'sweep')}")]
-    if plan.get("description"):
-        blocks.append(("p", plan["description"]))
-    blocks.append(
-        (
-            "ul",
-            [
-                f"sweep file: {plan.get('file', '?')}",
-                f"runs: {n_ok} completed, {n_err} failed, {n_total - n_ok - n_err} not run, of {n_total}",
-                f"seeds: {len(plan['seeds'])} ({plan['seeds'][0]}..{plan['seeds'][-1]}); "
-                f"timeline seed {plan['timeline_seed']}",
-                f"bootstrap: {b.get('method')} with {b.get('n_resamples')} resamples, {b.get('confidence'):.0%} "
-                f"confidence, resampling seed {b.get('seed')}",
-                f"claim gate: Holm alpha {g.get('alpha')}, effect transfers when the regime's p95 ratio CI lies "
-                f"above 1 and the ratio >= {g.get('min_p95_ratio')}; envelope percentiles {g.get('envelope')}",
-            ],
-        )
-    )
-    blocks.append(("h2", "Regimes and policies"))
-    blocks.append(
-        (
-            "table",
-            pd.DataFrame(
-                [
-                    {
-                        "regime": r["name"],
-                        "scenario": r["path"],
-                        "workload": r["workload"],
-                        "horizon_s": r["horizon_s"],
-                        "scenario_hash": r["scenario_hash"],
-                    }
-                    for r in plan["regimes"]
-                ]
-            ),
-        )
-    )
-    blocks.append(
-        (
-            "table",
-            pd.DataFrame(
-                [
-                    {
-                        "policy": a["label"],
-                        "name": a["name"],
-                        "role": a["role"],
-                        "draws": a["draws"],
-                        "follows": a["reference"] or "",
-                        "regimes": ", ".join(a.get("regimes") or []) or "all",
-                        "params": ", ".join(
-                            f"{k}={v}" for k, v in a["params"].items() if k not in ("reference", "reference_params")
-                        ),
-                    }
-                    for a in plan["arms"]
-                ]
-            ),
-        )
-    )
-    blocks.append(("h2", "Load match (common random numbers)"))
-    lines = []
-    for reg in plan["regimes"]:
-        lr = loads[loads["regime"] == reg["name"]]
-        if lr.empty:
-            lines.append(f"{reg['name']}: no completed runs")
-        elif lr["matched"].all():
-            lines.append(
-                f"{reg['name']}: every policy saw identical arrivals on all {len(lr)} seeds "
-                f"(arrivals hash, {int(lr['runs'].sum())} runs)"
-            )
-        else:
-            bad = lr.loc[~lr["matched"], "seed"].tolist()
-            lines.append(f"{reg['name']}: MISMATCH on seeds {bad}: policies saw different loads")
-    blocks.append(("ul", lines))
-    for reg in plan["regimes"]:
-        name = reg["name"]
-        s = summary[summary["regime"] == name]
-        t = transfer.get(name)
-        blocks.append(("h2", f"Regime {name}"))
+def _report_blocks(plan: Plan, runs: pd.DataFrame, res, figs) -> list:
+    blocks: list = [("h1", f"Sweep report: {plan.name}")]
+    if plan.description:
+        blocks.append(("p", plan.description))
+    blocks.append(("ul", _overview(plan, runs)))
+    blocks += [("h2", "Regimes and policies"), ("table", _regimes_table(plan)), ("table", _arms_table(plan))]
+    blocks += [("h2", "Load match (common random numbers)"), ("ul", _load_lines(plan, res["loads"]))]
+    summary, transfer = res["summary"], res["transfer"]
+    for reg in plan.regimes:
+        blocks.append(("h2", f"Regime {reg.name}"))
+        t = transfer.get(reg.name)
         if t:
             ci = t["ratio"]
             what = (
                 "overlapping a merge / the same requests under no_sync (common random numbers)"
-                if g.get("transfer", "matched") == "matched"
+                if plan.gate.transfer == "matched"
                 else "overlapping a merge / not overlapping"
             )
             blocks.append(
@@ -316,33 +210,8 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
                     f"{'transfers' if t['transfers'] else 'does not transfer'}.",
                 )
             )
-        tab = pd.DataFrame(
-            {
-                "policy": s["policy"],
-                "n": s["n_seeds"],
-                "violation % [CI]": [
-                    _ci_pct(*v)
-                    for v in zip(s["violation_rate_mean"], s["violation_rate_ci_low"], s["violation_rate_ci_high"])
-                ],
-                "sync-excess pts [CI]": [
-                    _ci_pct(*v) for v in zip(s["sync_excess_mean"], s["sync_excess_ci_low"], s["sync_excess_ci_high"])
-                ],
-                "p95 ratio [CI]": [_ci(*v) for v in zip(s["p95_ratio"], s["p95_ratio_ci_low"], s["p95_ratio_ci_high"])],
-                "p95 ratio vs no_sync [CI]": [
-                    _ci(*v)
-                    for v in zip(s["p95_ratio_matched"], s["p95_ratio_matched_ci_low"], s["p95_ratio_matched_ci_high"])
-                ],
-                "merges": [f"{m:.1f}" if math.isfinite(m) else "n/a" for m in s["merges_mean"]],
-                "MR envelope pts": [
-                    f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) else ""
-                    for lo, hi in zip(s["mr_envelope_low"], s["mr_envelope_high"])
-                ],
-                "p vs MR": [_p(x) for x in s["p_vs_matched_random"]],
-                "p Holm": [_p(x) for x in s["p_holm"]],
-                "verdict": s["verdict"],
-            }
-        )
-        blocks.append(("table", tab))
+        blocks.append(("table", _regime_table(summary[summary["regime"] == reg.name])))
+    comps = res["comparisons"]
     if not comps.empty:
         blocks.append(("h2", "Policy vs matched-random comparisons"))
         c = comps.copy()
@@ -358,28 +227,118 @@ def _report_blocks(plan, runs: pd.DataFrame, res, figs) -> list:
     if figs:
         blocks.append(("h2", "Figures"))
         for path, alt in figs:
-            blocks.append(("h3", alt))
-            blocks.append(("img", path, alt))
-    blocks.append(("h2", "Method"))
-    blocks.append(
-        (
-            "ul",
-            [
-                "sync-excess = a run's SLO violation rate minus no_sync's on the same regime and seed (paired by seed; "
-                "percentage points in the tables); matched controls: mean over draws per seed first",
-                "every mean: bootstrap CI over seeds (scipy.stats.bootstrap); constant data gives a point interval, "
-                "fewer than 2 seeds none",
-                "p95 ratio: mean over seeds of the p95 latency of requests overlapping a merge, over the mean of "
-                "the p95 of those that do not (paired bootstrap); biased upwards, since long requests overlap "
-                "merges more often",
-                "p95 ratio vs no_sync: the p95 of the requests overlapping a merge over the p95 of the same requests "
-                "in the no_sync run on the same seed (common random numbers); the gate uses the regime-level ratio "
-                f"over all merging runs, by default this one (gate.transfer = {g.get('transfer', 'matched')})",
-                "policy vs matched-random: per seed, the policy's sync-excess minus the mean over the control's draws; "
-                "two-sided Wilcoxon signed-rank (all-zero differences: p = 1), Holm over the regime's comparisons",
-                "demonstrated = loads match, the effect transfers, and the policy beats its matched control (lower "
-                "mean, Holm p < alpha)",
-            ],
-        )
-    )
+            blocks += [("h3", alt), ("img", path, alt)]
+    blocks += [("h2", "Method"), ("ul", _method(plan))]
     return blocks
+
+
+def _overview(plan: Plan, runs: pd.DataFrame) -> list[str]:
+    n_total = plan.expected_runs()
+    n_ok = int((runs["status"] == "ok").sum())
+    n_err = int((runs["status"] == "error").sum())
+    b, g = plan.bootstrap, plan.gate
+    return [
+        f"sweep file: {plan.file or '?'}",
+        f"runs: {n_ok} completed, {n_err} failed, {n_total - n_ok - n_err} not run, of {n_total}",
+        f"seeds: {len(plan.seeds)} ({plan.seeds[0]}..{plan.seeds[-1]}); timeline seed {plan.timeline_seed}",
+        f"bootstrap: {b.method} with {b.n_resamples} resamples, {b.confidence:.0%} "
+        f"confidence, resampling seed {b.seed}",
+        f"claim gate: Holm alpha {g.alpha}, effect transfers when the regime's p95 ratio CI lies "
+        f"above 1 and the ratio >= {g.min_p95_ratio}; envelope percentiles {list(g.envelope)}",
+    ]
+
+
+def _regimes_table(plan: Plan) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "regime": r.name,
+                "scenario": r.path,
+                "workload": r.workload,
+                "horizon_s": r.horizon_s,
+                "scenario_hash": r.digest,
+            }
+            for r in plan.regimes
+        ]
+    )
+
+
+def _arms_table(plan: Plan) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "policy": a.label,
+                "name": a.name,
+                "role": a.role,
+                "draws": a.draws,
+                "follows": a.reference or "",
+                "regimes": ", ".join(a.regimes or []) or "all",
+                "params": ", ".join(
+                    f"{k}={v}" for k, v in a.params.items() if k not in ("reference", "reference_params")
+                ),
+            }
+            for a in plan.arms
+        ]
+    )
+
+
+def _load_lines(plan: Plan, loads: pd.DataFrame) -> list[str]:
+    lines = []
+    for reg in plan.regimes:
+        lr = loads[loads["regime"] == reg.name]
+        if lr.empty:
+            lines.append(f"{reg.name}: no completed runs")
+        elif lr["matched"].all():
+            lines.append(
+                f"{reg.name}: every policy saw identical arrivals on all {len(lr)} seeds "
+                f"(arrivals hash, {int(lr['runs'].sum())} runs)"
+            )
+        else:
+            bad = lr.loc[~lr["matched"], "seed"].tolist()
+            lines.append(f"{reg.name}: MISMATCH on seeds {bad}: policies saw different loads")
+    return lines
+
+
+def _triples(s: pd.DataFrame, stem: str, mean: str | None = None):
+    return zip(s[mean or f"{stem}_mean"], s[f"{stem}_ci_low"], s[f"{stem}_ci_high"])
+
+
+def _regime_table(s: pd.DataFrame) -> pd.DataFrame:
+    """One regime's summary rows, formatted for reading (percent points, CIs in brackets)."""
+    return pd.DataFrame(
+        {
+            "policy": s["policy"],
+            "n": s["n_seeds"],
+            "violation % [CI]": [_ci_pct(*v) for v in _triples(s, P.VR)],
+            "sync-excess pts [CI]": [_ci_pct(*v) for v in _triples(s, P.SE)],
+            "p95 ratio [CI]": [_ci(*v) for v in _triples(s, M.P95_RATIO, M.P95_RATIO)],
+            "p95 ratio vs no_sync [CI]": [_ci(*v) for v in _triples(s, M.P95_RATIO_MATCHED, M.P95_RATIO_MATCHED)],
+            "merges": [f"{m:.1f}" if math.isfinite(m) else "n/a" for m in s[f"{M.MERGES}_mean"]],
+            "MR envelope pts": [
+                f"[{_pct(lo)}, {_pct(hi)}]" if math.isfinite(lo) else ""
+                for lo, hi in zip(s["mr_envelope_low"], s["mr_envelope_high"])
+            ],
+            "p vs MR": [_p(x) for x in s["p_vs_matched_random"]],
+            "p Holm": [_p(x) for x in s["p_holm"]],
+            "verdict": s["verdict"],
+        }
+    )
+
+
+def _method(plan: Plan) -> list[str]:
+    return [
+        "sync-excess = a run's SLO violation rate minus no_sync's on the same regime and seed (paired by seed; "
+        "percentage points in the tables); matched controls: mean over draws per seed first",
+        "every mean: bootstrap CI over seeds (scipy.stats.bootstrap); constant data gives a point interval, "
+        "fewer than 2 seeds none",
+        "p95 ratio: mean over seeds of the p95 latency of requests overlapping a merge, over the mean of "
+        "the p95 of those that do not (paired bootstrap); biased upwards, since long requests overlap "
+        "merges more often",
+        "p95 ratio vs no_sync: the p95 of the requests overlapping a merge over the p95 of the same requests "
+        "in the no_sync run on the same seed (common random numbers); the gate uses the regime-level ratio "
+        f"over all merging runs, by default this one (gate.transfer = {plan.gate.transfer})",
+        "policy vs matched-random: per seed, the policy's sync-excess minus the mean over the control's draws; "
+        "two-sided Wilcoxon signed-rank (all-zero differences: p = 1), Holm over the regime's comparisons",
+        "demonstrated = loads match, the effect transfers, and the policy beats its matched control (lower "
+        "mean, Holm p < alpha)",
+    ]

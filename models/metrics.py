@@ -1,17 +1,49 @@
-"""Per-request table and run summary: plain numpy, no SimPy.
+"""Per-request table, run summary and the per-run figures the protocol compares: plain numpy, no SimPy.
 
 A request *overlaps* a merge when its lifetime [arrival, finish] intersects the merge's
 [start, end]; its phase is the merge phase it shares the most time with. An unfinished request
 (still in flight when the run stops) counts as an SLO violation and as ending at +inf.
+
+The column constants below are the names of a run's figures wherever they travel (the summary,
+the store, runs.csv); the protocol, report and figures import them instead of spelling them.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 PHASE_NAMES = ("stage", "allreduce", "outer", "ckpt")
+
+# ---- a run's figures, by column name ------------------------------------------------------------
+REQUESTS = "requests"
+COMPLETED = "completed"
+SLO_VIOLATIONS = "slo_violations"
+SLO_VIOLATION_RATE = "slo_violation_rate"
+MERGES = "merges"
+MERGE_DURATION_MEAN = "merge_duration_mean_s"
+OVERLAP_REQUESTS = "overlap_requests"
+TTFT_P95 = "ttft_p95_s"
+TPOT_P95 = "tpot_p95_s"
+E2E_P95 = "e2e_p95_s"
+E2E_P95_OVERLAP = "e2e_p95_overlap_s"  # requests overlapping a merge, this run
+E2E_P95_NO_OVERLAP = "e2e_p95_no_overlap_s"  # requests overlapping none, this run
+E2E_P95_OVERLAP_MATCHED = "e2e_p95_overlap_matched_s"  # requests overlapping a merge, this run
+E2E_P95_OVERLAP_BASELINE = "e2e_p95_overlap_baseline_s"  # the same requests under no_sync, same seed
+# set by the fleet and the runner
+INNER_STEPS = "inner_steps"
+FINAL_LOSS = "final_loss"
+ARRIVALS_HASH = "arrivals_hash"
+REFERENCE_MERGES = "reference_merges"
+WALL_TIME = "wall_time_s"
+SIM_TIME = "sim_time_s"
+# derived from two runs (this one and no_sync's on the same regime and seed) or from two figures
+BASELINE_VIOLATION_RATE = "baseline_violation_rate"
+SYNC_EXCESS = "sync_excess"
+P95_RATIO = "p95_ratio"  # E2E_P95_OVERLAP / E2E_P95_NO_OVERLAP
+P95_RATIO_MATCHED = "p95_ratio_matched"  # E2E_P95_OVERLAP_MATCHED / E2E_P95_OVERLAP_BASELINE
 
 
 def request_table(per_sidecar, ttft_slo: float, tpot_slo: float, merges) -> dict[str, np.ndarray]:
@@ -75,25 +107,67 @@ def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float
     e2e_in = r["e2e"][overl & r["completed"]]
     e2e_out = r["e2e"][~overl & r["completed"]]
     return {
-        "requests": n,
-        "completed": int(np.sum(r["completed"])),
+        REQUESTS: n,
+        COMPLETED: int(np.sum(r["completed"])),
         "unfinished": int(n - np.sum(r["completed"])),
-        "slo_violations": int(np.sum(viol)),
-        "slo_violation_rate": float(np.mean(viol)) if n else 0.0,
+        SLO_VIOLATIONS: int(np.sum(viol)),
+        SLO_VIOLATION_RATE: float(np.mean(viol)) if n else 0.0,
         "ttft_p50_s": _pct(r["ttft"], 50),
-        "ttft_p95_s": _pct(r["ttft"], 95),
+        TTFT_P95: _pct(r["ttft"], 95),
         "ttft_p99_s": _pct(r["ttft"], 99),
         "tpot_p50_s": _pct(r["tpot"], 50),
-        "tpot_p95_s": _pct(r["tpot"], 95),
+        TPOT_P95: _pct(r["tpot"], 95),
         "e2e_p50_s": _pct(r["e2e"], 50),
-        "e2e_p95_s": _pct(r["e2e"], 95),
+        E2E_P95: _pct(r["e2e"], 95),
         "e2e_p99_s": _pct(r["e2e"], 99),
-        "merges": len(merges),
-        "merge_duration_mean_s": float(np.mean(durs)) if durs else 0.0,
+        MERGES: len(merges),
+        MERGE_DURATION_MEAN: float(np.mean(durs)) if durs else 0.0,
         "merge_phase_mean_s": phase_means,
-        "overlap_requests": int(np.sum(overl)),
+        OVERLAP_REQUESTS: int(np.sum(overl)),
         "violations_by_phase": by_phase,
-        "e2e_p95_overlap_s": _pct(e2e_in, 95),
-        "e2e_p95_no_overlap_s": _pct(e2e_out, 95),
+        E2E_P95_OVERLAP: _pct(e2e_in, 95),
+        E2E_P95_NO_OVERLAP: _pct(e2e_out, 95),
         "slo": {"ttft_s": ttft_slo, "tpot_s": tpot_slo},
     }
+
+
+# ---- per-run figures for the protocol ----------------------------------------------------------
+
+
+def censored_e2e(e2e: np.ndarray, arrival: np.ndarray, end_s: float) -> np.ndarray:
+    """End-to-end latency per request; an unfinished request counts until the end of the run."""
+    e2e = np.asarray(e2e, dtype=float)
+    return np.where(np.isfinite(e2e), e2e, end_s - np.asarray(arrival, dtype=float))
+
+
+def matched_latency(
+    e2e: np.ndarray, overlaps: np.ndarray, arrivals_hash: str | None, baseline_e2e: np.ndarray | None, baseline_hash
+) -> dict[str, float | None]:
+    """Common-random-numbers effect size: the p95 (censored) end-to-end latency of the requests that
+    overlap a merge in this run, and of *the same requests* in the no_sync run on the same seed.
+    Same arrivals (checked by hash) means same requests in the same order, so the ratio isolates
+    what the merges did to them, free of the bias that long requests overlap merges more often.
+    None where there is nothing to compare: no baseline, other arrivals, or no overlapping request."""
+    out: dict[str, float | None] = {E2E_P95_OVERLAP_MATCHED: None, E2E_P95_OVERLAP_BASELINE: None}
+    mask = np.asarray(overlaps, dtype=bool)
+    if baseline_e2e is None or baseline_hash != arrivals_hash or len(baseline_e2e) != len(mask) or not mask.any():
+        return out
+    out[E2E_P95_OVERLAP_MATCHED] = float(np.percentile(np.asarray(e2e, dtype=float)[mask], 95))
+    out[E2E_P95_OVERLAP_BASELINE] = float(np.percentile(np.asarray(baseline_e2e, dtype=float)[mask], 95))
+    return out
+
+
+def run_record(summary: dict[str, Any], matched: dict[str, float | None]) -> dict[str, Any]:
+    """What a sweep keeps of a run: its summary and matched latencies, without the wall time (which
+    differs between machines and would make equal runs look different)."""
+    return {k: v for k, v in {**summary, **matched}.items() if k != WALL_TIME}
+
+
+def sync_excess(rate: float, baseline_rate: float) -> float:
+    """SLO violation rate with merges minus the no_sync run's on the same regime and seed."""
+    return rate - baseline_rate
+
+
+def p95_ratio(num: float, den: float) -> float:
+    """A ratio of two p95 latencies; NaN unless both are finite and the denominator positive."""
+    return num / den if math.isfinite(num) and math.isfinite(den) and den > 0 else float("nan")

@@ -35,7 +35,7 @@ TINY_OVERRIDES = {
 def plugins_env():
     old = os.environ.get("WADILOCO_PLUGINS")
     os.environ["WADILOCO_PLUGINS"] = PLUGIN
-    for k in ("WADILOCO_TEST_FAIL_SEEDS", "WADILOCO_TEST_SLEEP"):
+    for k in ("WADILOCO_TEST_FAIL_SEEDS", "WADILOCO_TEST_KILL_AT"):
         os.environ.pop(k, None)
     yield
     if old is None:
@@ -43,12 +43,12 @@ def plugins_env():
     else:
         os.environ["WADILOCO_PLUGINS"] = old
     # leave the registry as other test modules expect it
-    from wadiloco.experiments import worker
+    from wadiloco.experiments.sweep import plugins
     from wadiloco.models.policies import POLICIES
 
     for name in ("test_probe", "test_matched"):
         POLICIES.pop(name, None)
-    worker._LOADED.discard(PLUGIN)
+    plugins._LOADED.discard(PLUGIN)
 
 
 def tiny_sweep_dict() -> dict:
@@ -125,18 +125,37 @@ def ok_count(out: Path) -> int:
         return 0
 
 
-def kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float = 60) -> int:
-    """SIGKILL the sweep's whole process group once the store holds `at_least` completed runs."""
+def group_members(pgid: int) -> set[int]:
+    """Live (non-zombie) processes in a process group, from /proc."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.add(int(d.name))
+    return out
+
+
+def run_until_killed(sweep: Path, out: Path, point: str, *args, env: dict | None = None) -> None:
+    """`wadiloco sweep` in a subprocess that SIGKILLs itself at a recorded point
+    ($WADILOCO_TEST_KILL_AT, see experiments/sweep/kill_points.py). Only the main process dies, as
+    under the OOM killer; its worker processes must notice and exit on their own. The timeouts
+    only keep a broken sweep from hanging the suite; nothing depends on how fast anything is."""
+    proc = spawn_sweep(sweep, out, {**(env or {}), "WADILOCO_TEST_KILL_AT": point}, *args)
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: a process group we started
+        proc.wait()
+        pytest.fail(f"the sweep never reached its kill point {point}")
+    assert proc.returncode == -signal.SIGKILL, f"not killed at {point}: rc {proc.returncode}, {err.decode()[-2000:]}"
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if proc.poll() is not None:
-            pytest.fail(f"sweep exited before the kill: {proc.stderr.read().decode()[-2000:]}")
-        n = ok_count(out)
-        if n >= at_least:
-            os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: a process group we started
-            proc.wait(timeout=30)
-            return n
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    pytest.fail("the sweep made no progress")
+    while group_members(proc.pid):
+        if time.monotonic() - t0 > 120:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("worker processes outlived the killed sweep")
+        time.sleep(0.05)

@@ -1,9 +1,8 @@
 """Test-only policies for the sweep tests, loaded in the parent *and* in every spawned or Dask
 worker through $WADILOCO_PLUGINS=<path of this file> (workers do not import tests/ otherwise).
 
-- `test_probe`: `fixed` with extra switches read from the environment, which change how a run
-  behaves but never its result: WADILOCO_TEST_FAIL_SEEDS="1,2" makes runs on those seeds raise;
-  WADILOCO_TEST_SLEEP=0.2 makes every run sleep first (so a test can kill a sweep partway).
+- `test_probe`: `fixed`, except that runs on the seeds in $WADILOCO_TEST_FAIL_SEEDS (e.g. "1,2")
+  raise, so a test can see failed runs recorded and retried.
 - `test_matched`: a minimal matched control (takes `reference`), placing the reference's merge
   count evenly with a random offset per draw; exercises the generic reference mechanism.
 """
@@ -11,7 +10,6 @@ worker through $WADILOCO_PLUGINS=<path of this file> (workers do not import test
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from pydantic import Field
@@ -29,14 +27,13 @@ class ProbeParams(Params):
 class TestProbe(Policy):
     name = "test_probe"
     Params = ProbeParams
-    summary = "test only: fixed cadence; fails on $WADILOCO_TEST_FAIL_SEEDS, sleeps $WADILOCO_TEST_SLEEP"
+    summary = "test only: fixed cadence; fails on the seeds in $WADILOCO_TEST_FAIL_SEEDS"
 
     def __init__(self, params: ProbeParams, ctx: PolicyContext):
         super().__init__(params, ctx)
         fail = {int(s) for s in os.environ.get("WADILOCO_TEST_FAIL_SEEDS", "").split(",") if s.strip()}
         if ctx.seed in fail:
             raise RuntimeError(f"test_probe: injected failure on seed {ctx.seed}")
-        time.sleep(float(os.environ.get("WADILOCO_TEST_SLEEP", "0") or 0))
 
     def decide(self, obs: Observation) -> bool:
         h = min(max(self.p.H, obs.h_min), obs.h_max)

@@ -1,11 +1,14 @@
-"""Crash safety of sweeps: SIGKILL at random points and --resume, a read-only output folder, a full disk.
+"""Crash safety of sweeps: SIGKILL at recorded points and --resume, a read-only output folder, a full disk.
 
-- One sweep is SIGKILLed at points drawn with a fixed seed -- twice during start-up, after k1
-  and after k2 stored runs, and while the report is being written -- and resumed with
-  `--resume` after each kill. Only the main process is killed, as the OOM killer would, and its
-  workers must exit on their own. The final CSVs are byte-identical to an uninterrupted sweep's,
-  the store holds every run exactly once (attempts = 1), and no run stored before a kill is lost
-  or changed by a later session. Temp files of interrupted writes are cleared by the resume.
+- One sweep is SIGKILLed at recorded points ($WADILOCO_TEST_KILL_AT, see
+  experiments/sweep/kill_points.py): right after the store is created, right after the plan is
+  recorded, right after the store holds k1 and then k2 rows (k1, k2 drawn with a fixed seed), and
+  right after the report wrote runs.csv, and resumed with `--resume` after each kill. Only the main
+  process dies, as under the OOM killer, and its workers must exit on their own. After each kill
+  the store holds exactly what was committed up to that point; the final CSVs are byte-identical
+  to an uninterrupted sweep's, the store holds every run exactly once (attempts = 1), and no run
+  stored before a kill is lost or changed by a later session. Temp files of interrupted writes
+  are cleared by the resume.
 - A read-only output folder (really read-only: as root, the check runs with an unprivileged
   effective uid, since root ignores permission bits), an output path that is a file, and a
   figures folder that cannot be made give exit code 2 and a one-paragraph message and change
@@ -26,24 +29,21 @@ import errno
 import os
 import random
 import shutil
-import signal
 import sqlite3
 import stat
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from sweep_helpers import ok_count, plugins_env, spawn_sweep, tiny_sweep_dict, write_sweep  # noqa: F401
+from sweep_helpers import plugins_env, run_until_killed, tiny_sweep_dict, write_sweep  # noqa: F401
 
 # imported up front: the read-only tests drop privileges, and may not import anything after that
 import wadiloco.experiments.commands  # noqa: F401
 import wadiloco.experiments.planning_cli  # noqa: F401
 import wadiloco.experiments.report  # noqa: F401
-import wadiloco.experiments.sweep_cli  # noqa: F401
-import wadiloco.experiments.sweeper as sweeper
+import wadiloco.experiments.sweep.backends as backends
+import wadiloco.experiments.sweep.cli  # noqa: F401
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.store import Store
 
@@ -97,7 +97,7 @@ class InlineBackend:
 
     def submit(self, task):
         f = cf.Future()
-        f.set_result(sweeper.execute_task(task))
+        f.set_result(backends.execute_task(task))
         return f
 
     def wait(self, handles):
@@ -119,78 +119,23 @@ def ref(tmp_path_factory):
     sweep = write_sweep(root / "tiny.yaml", d)
     out = root / "ref"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sweeper, "LocalBackend", InlineBackend)
+        mp.setattr(backends, "LocalBackend", InlineBackend)
         assert main(["sweep", str(sweep), "--out", str(out), "--no-progress", "--no-figures"]) == 0
     rows = _rows(out)
     return {"sweep": sweep, "out": out, "total": len(rows), "rows": rows}
 
 
-# ---- SIGKILL and --resume -------------------------------------------------------------------
+# ---- SIGKILL at recorded points and --resume ------------------------------------------------
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below pid (its workers and multiprocessing's helpers), from /proc."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        kids = {c for c, pp in parent.items() if pp == p}
-        out |= kids
-        todo += list(kids)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return "zombie" not in (Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0])
-    except (OSError, IndexError):
-        return False
-
-
-def _kill_main(proc: subprocess.Popen) -> None:
-    """SIGKILL only the sweep's main process (as the OOM killer would) and check that its worker
-    processes notice and exit on their own rather than run on as orphans."""
-    kids = _descendants(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    t0 = time.monotonic()
-    try:
-        while any(_alive(k) for k in kids):
-            assert time.monotonic() - t0 < 30, "worker processes outlived the killed sweep"
-            time.sleep(0.05)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # a process group we started; normally empty by now
-
-
-def _kill_after(proc: subprocess.Popen, cond, what: str, timeout: float = 90) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if proc.poll() is not None:
-            pytest.fail(
-                f"the sweep exited before the kill ({what}): rc {proc.returncode}, "
-                f"{proc.stderr.read().decode()[-2000:]}"
-            )
-        if time.monotonic() - t0 > timeout:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail(f"the sweep never reached the kill point ({what})")
-        time.sleep(0.01)
-    _kill_main(proc)
-
-
-def _check_store(out: Path, before: dict[tuple, tuple], total: int, ref_rows: dict) -> dict[tuple, tuple]:
-    """After a kill: the store is sound, every run stored before is still there unchanged, every
-    stored run is a run of the plan, stored once, with the uninterrupted sweep's result."""
+def _check_store(out: Path, before: dict[tuple, tuple], n: int, ref_rows: dict) -> dict[tuple, tuple]:
+    """After a kill: the store is sound and holds exactly `n` runs, every run stored before is still
+    there unchanged, and every stored run is a run of the plan, stored once, with the uninterrupted
+    sweep's result."""
     assert _integrity(out) == "ok"
     rows = _rows(out)
-    assert len(rows) <= total
-    lost = [k for k, v in before.items() if v[0] == "ok" and rows.get(k) != v]
+    assert len(rows) == n, f"{len(rows)} runs stored, expected {n}"
+    lost = [k for k, v in before.items() if rows.get(k) != v]
     assert not lost, f"runs lost or changed after a kill: {lost[:3]}"
     for k, (status, attempts, summary) in rows.items():
         assert k in ref_rows, f"a run that is not in the plan: {k}"
@@ -199,48 +144,30 @@ def _check_store(out: Path, before: dict[tuple, tuple], total: int, ref_rows: di
     return rows
 
 
-def test_sigkill_at_random_points_then_resume(ref, tmp_path):
+def test_sigkill_at_recorded_points_then_resume(ref, tmp_path):
     sweep, total = ref["sweep"], ref["total"]
     rng = random.Random(KILL_SEED)
-    startup_delay = rng.uniform(0.3, 3.0)  # after the launch: imports, opening the store, workers starting
     k1 = rng.randint(3, total // 3)
     k2 = rng.randint(total // 2, total - 4)
+    print(f"kill points: store-opened, plan-stored, rows={k1} (2 workers), rows={k2} (1 worker), wrote:runs.csv")
     out = tmp_path / "out"
-    store = out / "runs.sqlite"
-    rows: dict[tuple, tuple] = {}
-    env = {"WADILOCO_TEST_SLEEP": "0.1"}  # test_probe runs sleep a little: kills land between runs less often
 
-    # 1. during start-up, as soon as the store file exists (SQLite is switching it to WAL then)
-    proc = spawn_sweep(sweep, out, env, "--workers", "2")
-    _kill_after(proc, store.exists, "start-up")
-    rows = _check_store(out, rows, total, ref["rows"])
-    print(f"killed at start-up: {len(rows)} runs stored, files {sorted(p.name for p in out.iterdir())}")
+    # 1. start-up: the store and its tables exist, no plan recorded; then the plan is, no run yet
+    run_until_killed(sweep, out, "store-opened", "--workers", "2")
+    rows = _check_store(out, {}, 0, ref["rows"])
+    run_until_killed(sweep, out, "plan-stored", "--workers", "2", "--resume")
+    rows = _check_store(out, rows, 0, ref["rows"])
 
-    # 1b. at a random moment of the next start-up (or as soon as its first run is stored)
-    proc = spawn_sweep(sweep, out, env, "--workers", "2", "--resume")
-    t0 = time.monotonic()
-    _kill_after(proc, lambda: time.monotonic() - t0 > startup_delay or ok_count(out) > len(rows), "start-up")
-    rows = _check_store(out, rows, total, ref["rows"])
-    print(
-        f"killed {time.monotonic() - t0:.2f} s after the launch (drawn: {startup_delay:.2f} s): {len(rows)} runs stored"
-    )
-    assert len(rows) < k1, "the start-up kills should land before the sweep is under way"
-
-    # 2. and 3. after k1, then k2 stored runs (on 2, then 1 worker)
+    # 2. and 3. right after k1, then k2 runs are stored (on 2, then 1 worker), runs still in flight
     for k, workers in ((k1, "2"), (k2, "1")):
-        proc = spawn_sweep(sweep, out, env, "--workers", workers, "--resume")
-        _kill_after(proc, lambda k=k: ok_count(out) >= k, f"after {k} runs")
-        rows = _check_store(out, rows, total, ref["rows"])
-        print(f"killed after {k} runs on {workers} worker(s): {len(rows)} runs stored")
-        assert k <= len(rows) < total, f"the kill after {k} runs should land partway ({len(rows)} stored)"
+        run_until_killed(sweep, out, f"rows={k}", "--workers", workers, "--resume")
+        rows = _check_store(out, rows, k, ref["rows"])
 
     # 4. while the report is being written: every run is stored, runs.csv is, report.md is not yet
-    proc = spawn_sweep(sweep, out, {}, "--workers", "2", "--resume")
-    _kill_after(proc, lambda: (out / "runs.csv").exists(), "report writing")
+    run_until_killed(sweep, out, "wrote:runs.csv", "--workers", "2", "--resume")
     rows = _check_store(out, rows, total, ref["rows"])
-    assert len(rows) == total
-    assert not (out / "report.md").exists(), "the kill should land before the report is finished"
-    print(f"killed while writing the report: {sorted(p.name for p in out.rglob('*'))}")
+    assert (out / "runs.csv").read_bytes() == (ref["out"] / "runs.csv").read_bytes()
+    assert not (out / "summary.csv").exists() and not (out / "report.md").exists()
     # a kill in the middle of a write leaves only a hidden temp file (never a truncated output);
     # plant some to check that --resume clears them away
     (out / ".summary.csv.k3j9x0qa").write_text("regime,poli")
@@ -412,7 +339,7 @@ def test_output_path_that_is_a_file(ref, tmp_path, capsys, how):
 def test_full_disk_while_storing_runs(ref, tmp_path, monkeypatch, capsys):
     """SQLite's own SQLITE_FULL, from a page limit on the store's connection: the sweep stops with
     exit code 2 and a message, every run it stored is intact, and export still reads them."""
-    monkeypatch.setattr(sweeper, "LocalBackend", InlineBackend)
+    monkeypatch.setattr(backends, "LocalBackend", InlineBackend)
     real_init = Store.__init__
 
     def small_disk(self, path, readonly=False):

@@ -16,6 +16,7 @@ from wadiloco.experiments.stats import (
     holm,
     paired_wilcoxon,
 )
+from wadiloco.experiments.sweep import Plan
 
 
 def test_holm_matches_statsmodels():
@@ -220,13 +221,13 @@ def _runs(plan, rate: dict, slow=1.5, hashes=None, rng_seed=0):
                         },
                     }
                 )
-    return runs_table(plan, rows)
+    return runs_table(Plan.from_dict(plan), rows)
 
 
 def _verdicts(plan, runs):
     from wadiloco.experiments.protocol import analyse
 
-    res = analyse(plan, runs)
+    res = analyse(Plan.from_dict(plan), runs)
     return res["summary"].set_index("policy"), res
 
 
@@ -298,7 +299,7 @@ def test_failed_runs_show_as_incomplete():
     rate = {k: (lambda s, d: 0.02) for k in ("no_sync", "smart", "dumb", "oracle", "mr[smart]")}
     runs = _runs(plan, rate)
     runs.loc[(runs["policy"] == "smart") & (runs["seed"] == 2), "status"] = "error"
-    s = analyse(plan, runs)["summary"].set_index("policy")
+    s = analyse(Plan.from_dict(plan), runs)["summary"].set_index("policy")
     assert "incomplete (3 of 4 runs completed)" in s.loc["smart", "verdict"]
     assert s.loc["smart", "n_seeds"] == 3
 
@@ -311,5 +312,5 @@ def test_arms_restricted_to_other_regimes_are_left_out():
     runs = _runs(plan, rate)
     plan["arms"][2]["regimes"] = ["elsewhere"]  # "dumb" does not run in regime "r"
     runs = runs[runs["policy"] != "dumb"]
-    s = analyse(plan, runs)["summary"]
+    s = analyse(Plan.from_dict(plan), runs)["summary"]
     assert "dumb" not in set(s["policy"]) and len(s) == 4

@@ -1,6 +1,6 @@
 """Sweep throughput: experiments/smoke.yaml through the sweep API, on local workers and on Dask.
 
-What is timed (one "sweep run"): `experiments.sweeper.execute_plan(plan, <fresh temp dir>,
+What is timed (one "sweep run"): `experiments.sweep.execute_plan(plan, <fresh temp dir>,
 workers=N, backend=..., progress=False)`, i.e. the sweep phase only: starting the worker pool
 (or the Dask LocalCluster), the workers' imports and latency fit, every run of the plan, and
 writing every result to the SQLite store. Report rendering (`wadiloco report`: statistics,
@@ -41,12 +41,11 @@ SMOKE = ROOT / "experiments" / "smoke.yaml"
 
 def smoke_plan(quick: bool = False):
     from wadiloco.experiments.sweep import build_plan, load_sweep
+    from wadiloco.experiments.sweep.spec import SweepSpec
     from wadiloco.models.config import read_yaml, validate
 
     if not quick:
         return load_sweep(SMOKE)
-    from wadiloco.experiments.sweep import SweepSpec
-
     data = read_yaml(SMOKE)
     data.update({"seeds": 1, "horizon_s": 120, "timeline_seed": 0})
     return build_plan(validate(SweepSpec, data, SMOKE), SMOKE, SMOKE.parent)
@@ -55,7 +54,7 @@ def smoke_plan(quick: bool = False):
 def _warm_worker() -> None:
     """What a worker's first task would pay: the simulator's imports and the latency fit."""
     import wadiloco.experiments.runner  # noqa: F401
-    import wadiloco.experiments.worker  # noqa: F401
+    import wadiloco.experiments.sweep.worker  # noqa: F401
     from wadiloco.models.latency import default_latency
 
     default_latency()
@@ -77,7 +76,7 @@ def start_dask_cluster(workers: int):
 def time_sweep(plan, workers: int, backend: str = "local", warm: bool = False) -> dict:
     """One timed sweep. `warm` (Dask only): on a cluster started and warmed before the clock."""
     from wadiloco.experiments.store import STORE_NAME
-    from wadiloco.experiments.sweeper import execute_plan
+    from wadiloco.experiments.sweep import execute_plan
 
     tmp = Path(tempfile.mkdtemp(prefix=f"wadiloco-bench-{backend}{workers}-"))
     cluster = start_s = None
@@ -151,7 +150,7 @@ def run_sweep_benchmarks(runs: int, quick: bool = False, dask: bool = True) -> d
         "plan": str(SMOKE.relative_to(ROOT)),
         "quick": quick,
         "tasks": len(plan.tasks()),
-        "timed": "experiments.sweeper.execute_plan (pool/cluster start-up, runs, store writes; no report rendering)",
+        "timed": "experiments.sweep.execute_plan (pool/cluster start-up, runs, store writes; no report rendering)",
         "dask_efficiency_2w": "median runs/min on a running, warmed dask LocalCluster of 2 workers "
         "x 1 thread / (2 x the same on 1 worker); start-up reported apart",
         "dask_efficiency_2w_cold": "median runs/min, sweep starting its own 2-worker LocalCluster / "
@@ -170,7 +169,7 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     """Minutes experiments/paper.yaml would take on 2 local workers, from measured run costs.
 
     Per regime, one seed-0 run of wa_diloco and one matched_random draw (the arm that is most of
-    the plan) are timed in this process through experiments.worker.execute_task (what a worker
+    the plan) are timed in this process through experiments.sweep.worker.execute_task (what a worker
     does per task); median of `runs`. Then
         est_min = sum over tasks of (its regime's mean run time, matched_random or other)
                   / (2 x parallel efficiency) / 60,
@@ -181,7 +180,7 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     if not PAPER.exists():
         return None
     from wadiloco.experiments.sweep import load_sweep
-    from wadiloco.experiments.worker import execute_task
+    from wadiloco.experiments.sweep.worker import execute_task
 
     plan = load_sweep(PAPER)
     tasks = plan.tasks()

@@ -1,4 +1,4 @@
-"""Subcommands for sweeps: sweep, report, export.
+"""The sweep commands: sweep, report, export.
 
 wadiloco sweep SWEEP.yaml --out DIR [--workers N] [--backend local|dask] [--scheduler ADDR] [--resume]
 wadiloco report DIR
@@ -70,8 +70,7 @@ def _print_verdicts(summary) -> None:
 
 def cmd_sweep(args) -> int:
     from wadiloco.experiments.report import render
-    from wadiloco.experiments.sweep import load_sweep
-    from wadiloco.experiments.sweeper import execute_plan
+    from wadiloco.experiments.sweep import execute_plan, load_sweep
 
     if args.scheduler and args.backend != "dask":
         args.backend = "dask"
@@ -97,7 +96,7 @@ def cmd_sweep(args) -> int:
     res = render(args.out, figures=not args.no_figures)
     out = Path(args.out)
     print(
-        f"sweep {plan.spec.name}: {oc.total} runs ({oc.skipped} already done, {oc.ran} run now, "
+        f"sweep {plan.name}: {oc.total} runs ({oc.skipped} already done, {oc.ran} run now, "
         f"{oc.errors} failed) on {oc.backend} with {oc.workers} worker(s) in {wall:.1f} s"
     )
     _print_verdicts(res["summary"])
@@ -129,68 +128,12 @@ def cmd_report(args) -> int:
     return 0
 
 
-def export_table(d: Path):
-    """Every stored run, summary fields flattened (dicts as `a.b` columns, lists as JSON), in a
-    deterministic order; no wall times or attempt counts, so it is identical across backends."""
-    import json
-
-    import pandas as pd
-
-    from wadiloco.experiments.report import load
-
-    plan, rows, store = load(d)
-    store.close()
-    from wadiloco.experiments import protocol
-
-    base = protocol.runs_table(plan, rows)
-    order = {(r["name"]): i for i, r in enumerate(plan["regimes"])}
-    arms = {a["label"]: i for i, a in enumerate(plan["arms"])}
-    regimes = {r["scenario_hash"]: r["name"] for r in plan["regimes"]}
-    recs = []
-    for r in rows:
-        rec = {
-            "regime": regimes.get(r["scenario_hash"], r["scenario_hash"]),
-            "policy": r["policy_label"],
-            "policy_name": r["policy"],
-            "seed": r["seed"],
-            "draw": r["draw"],
-            "status": r["status"],
-            "error": r["error"] or "",
-            "params": json.dumps(r["params"], sort_keys=True),
-            "scenario_hash": r["scenario_hash"],
-            "params_hash": r["params_hash"],
-        }
-        for k, v in sorted((r["summary"] or {}).items()):
-            if k in rec:
-                continue
-            if isinstance(v, dict):
-                for k2, v2 in sorted(v.items()):
-                    rec[f"{k}.{k2}"] = v2
-            elif isinstance(v, list):
-                rec[k] = json.dumps(v)
-            else:
-                rec[k] = v
-        recs.append(rec)
-    df = pd.DataFrame.from_records(recs)
-    if df.empty:
-        return df
-    df["_r"] = df["regime"].map(order).fillna(len(order))
-    df["_a"] = df["policy"].map(arms).fillna(len(arms))
-    df = df.sort_values(["_r", "_a", "seed", "draw"], kind="mergesort").drop(columns=["_r", "_a"])
-    df = df.merge(
-        base[["regime", "policy", "seed", "draw", "sync_excess"]],
-        on=["regime", "policy", "seed", "draw"],
-        how="left",
-        sort=False,
-    )
-    return df.reset_index(drop=True)
-
-
 def cmd_export(args) -> int:
     import io
 
     from wadiloco.experiments.output import write_atomic
     from wadiloco.experiments.report import FLOAT_FORMAT
+    from wadiloco.experiments.sweep.export import export_table
 
     d = Path(args.dir)
     if not d.is_dir():

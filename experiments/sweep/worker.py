@@ -1,20 +1,19 @@
-"""What a sweep worker process does: run one task and hand back plain, picklable data.
+"""What a sweep worker process does: run one task and hand back plain, picklable, compact data.
 
 Workers never touch the store; the parent process writes every result. A task is a dict
-(scenario object, policy, params, seed, draw, reference counts, whether to keep the timeline,
-plugin modules) and the answer is {"status": "ok", "summary": ..., "timeline": ..., "detail": ...} or
+(scenario object, policy, params, seed, draw, reference counts, the no_sync run's packed
+latencies, whether to keep the timeline and the latencies, plugin modules) and the answer is
+{"status": "ok", "summary": ..., "timeline": ..., "detail": ...} or
 {"status": "error", "error": "<exception text and the innermost frames>"}. A run's result depends
-only on what is in the task, so any process on any backend gives the same answer.
+only on what is in the task, so any process on any backend gives the same answer. The figures
+themselves are computed in models/metrics.py; this module only runs, compacts and packs.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -24,32 +23,11 @@ from typing import Any
 
 import numpy as np
 
-_LOADED: set[str] = set()
+from wadiloco.experiments.output import to_jsonable
+from wadiloco.experiments.sweep.plugins import load_plugins
+from wadiloco.models import metrics as M
+
 TIMELINE_MAX_POINTS = 2000
-
-
-def load_plugins(plugins: tuple[str, ...] | list[str]) -> None:
-    """Import extra policy modules (names or .py paths) once per process, so their `@register`
-    runs in spawned and remote workers too."""
-    for p in plugins:
-        if p in _LOADED:
-            continue
-        try:
-            if p.endswith(".py"):
-                name = "wadiloco_plugin_" + Path(p).stem
-                spec = importlib.util.spec_from_file_location(name, p)
-                if spec is None or spec.loader is None:
-                    raise ImportError(f"cannot load {p}")
-                mod = importlib.util.module_from_spec(spec)
-                sys.modules[name] = mod
-                spec.loader.exec_module(mod)
-            else:
-                importlib.import_module(p)
-        except Exception as e:  # noqa: BLE001 - reported as the user's input problem
-            from wadiloco.models.errors import InputError
-
-            raise InputError("$WADILOCO_PLUGINS", p, f"cannot import plugin: {type(e).__name__}: {e}") from None
-        _LOADED.add(p)
 
 
 def init_local_worker(parent_pid: int, plugins: tuple[str, ...]) -> None:
@@ -109,14 +87,6 @@ def compact_timeline(res) -> dict[str, Any]:
     return out
 
 
-def censored_e2e(res) -> np.ndarray:
-    """End-to-end latency per request; an unfinished request counts until the end of the run."""
-    req = res.requests
-    end = float(res.summary.get("sim_time_s", 0.0))
-    e2e = np.asarray(req["e2e"], dtype=float)
-    return np.where(np.isfinite(e2e), e2e, end - np.asarray(req["arrival"], dtype=float))
-
-
 def pack_e2e(e2e: np.ndarray) -> bytes:
     return zlib.compress(np.ascontiguousarray(e2e, dtype="<f4").tobytes(), 6)
 
@@ -125,28 +95,16 @@ def unpack_e2e(blob: bytes) -> np.ndarray:
     return np.frombuffer(zlib.decompress(blob), dtype="<f4").astype(float)
 
 
-def matched_latency(res, baseline: dict[str, Any] | None) -> dict[str, Any]:
-    """Common-random-numbers effect size: the p95 end-to-end latency of the requests that overlap a
-    merge in this run, and of *the same requests* in the no_sync run on the same seed. Same arrivals
-    (checked by hash) means same requests in the same order, so the ratio isolates what the merges
-    did to them, free of the bias that long requests overlap merges more often."""
-    out = {"e2e_p95_overlap_matched_s": None, "e2e_p95_overlap_baseline_s": None}
-    if not baseline or res.summary.get("merges", 0) == 0:
-        return out
-    base = unpack_e2e(baseline["e2e"])
-    mask = np.asarray(res.requests["merge"]) >= 0
-    if baseline.get("arrivals_hash") != res.summary.get("arrivals_hash") or len(base) != len(mask) or not mask.any():
-        return out
-    out["e2e_p95_overlap_matched_s"] = float(np.percentile(censored_e2e(res)[mask], 95))
-    out["e2e_p95_overlap_baseline_s"] = float(np.percentile(base[mask], 95))
-    return out
+def _censored_e2e(res) -> np.ndarray:
+    return M.censored_e2e(res.requests["e2e"], res.requests["arrival"], float(res.summary.get(M.SIM_TIME, 0.0)))
 
 
-def summary_record(summary: dict[str, Any]) -> dict[str, Any]:
-    from wadiloco.experiments.output import to_jsonable
-
-    s = {k: v for k, v in summary.items() if k != "wall_time_s"}
-    return to_jsonable(s)
+def _matched(res, e2e: np.ndarray, baseline: dict[str, Any] | None) -> dict[str, float | None]:
+    """This run's latencies against the no_sync run's on the same seed (see metrics.matched_latency)."""
+    base_e2e = unpack_e2e(baseline["e2e"]) if baseline else None
+    base_hash = baseline.get("arrivals_hash") if baseline else None
+    overlaps = np.asarray(res.requests["merge"]) >= 0
+    return M.matched_latency(e2e, overlaps, res.summary.get(M.ARRIVALS_HASH), base_e2e, base_hash)
 
 
 def execute_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -164,12 +122,12 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
             task["draw"],
             reference=task.get("reference"),
         )
-        summary = {**res.summary, **matched_latency(res, task.get("baseline"))}
+        e2e = _censored_e2e(res)
         out = {
             "status": "ok",
-            "summary": summary_record(summary),
+            "summary": to_jsonable(M.run_record(res.summary, _matched(res, e2e, task.get("baseline")))),
             "timeline": compact_timeline(res) if task.get("timeline") else None,
-            "detail": pack_e2e(censored_e2e(res)) if task.get("keep_e2e") else None,
+            "detail": pack_e2e(e2e) if task.get("keep_e2e") else None,
         }
     except Exception as e:  # noqa: BLE001 - a failing run is data, not a crash of the sweep
         tb = traceback.extract_tb(e.__traceback__)[-3:]

@@ -1,0 +1,136 @@
+"""Where a sweep's runs execute: local worker processes or Dask.
+
+LocalBackend: a concurrent.futures process pool ("spawn" context), its workers leaving Ctrl-C to
+the parent and exiting when the parent dies. DaskBackend: a LocalCluster it starts, or an existing
+scheduler. Both take plain task dicts and return plain result dicts (worker.execute_task), so
+results depend only on (scenario, policy, params, seed, draw) and never on the backend, the worker
+count or the completion order. The interface the scheduler uses: `workers`, `submit(task)`,
+`wait(handles)` (those done, at least one), `result(handle)` (never raises) and `close(cancel)`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import multiprocessing as mp
+import os
+from typing import Any
+
+from wadiloco.experiments.sweep.worker import execute_task, init_local_worker
+from wadiloco.models.errors import InputError
+
+WORKER_DIED = "worker process died"
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, workers: int, plugins: tuple[str, ...] = ()):
+        self.workers = max(1, int(workers))
+        self.plugins = plugins
+        self.ex: cf.ProcessPoolExecutor | None = None
+        self._start()
+
+    def _start(self) -> None:
+        self.ex = cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=mp.get_context("spawn"),
+            initializer=init_local_worker,
+            initargs=(os.getpid(), self.plugins),
+        )
+
+    def submit(self, task: dict[str, Any]):
+        try:
+            return self.ex.submit(execute_task, task)
+        except cf.process.BrokenProcessPool:
+            self._kill()
+            self._start()
+            return self.ex.submit(execute_task, task)
+
+    def wait(self, handles) -> list:
+        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+        return list(done)
+
+    def result(self, h) -> dict[str, Any]:
+        try:
+            return h.result()
+        except cf.process.BrokenProcessPool as e:
+            return {"status": "error", "error": f"{WORKER_DIED} ({e})", "died": True}
+        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable result
+            return {"status": "error", "error": f"{type(e).__name__}: {e}"}
+
+    def _kill(self) -> None:
+        if self.ex is None:
+            return
+        procs = list(getattr(self.ex, "_processes", {}).values())  # the workers this pool started
+        self.ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+
+    def close(self, cancel: bool = False) -> None:
+        if self.ex is None:
+            return
+        if cancel:
+            self._kill()
+        else:
+            self.ex.shutdown(wait=True)
+        self.ex = None
+
+
+class DaskBackend:
+    name = "dask"
+
+    def __init__(self, workers: int, scheduler: str | None = None, plugins: tuple[str, ...] = ()):
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as e:  # pragma: no cover - dask is a dependency
+            raise InputError("<command line>", "--backend", f"dask.distributed is not installed ({e})") from None
+        self.cluster = None
+        if scheduler:
+            try:
+                self.client = Client(scheduler, timeout="15s")
+            except (OSError, TimeoutError, ValueError) as e:
+                raise InputError(
+                    "<command line>", "--scheduler", f"cannot connect to the Dask scheduler at {scheduler}: {e}"
+                ) from None
+            self.workers = max(1, sum(self.client.nthreads().values()))
+        else:
+            self.cluster = LocalCluster(
+                n_workers=max(1, int(workers)),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            self.client = Client(self.cluster)
+            self.workers = max(1, int(workers))
+
+    def submit(self, task: dict[str, Any]):
+        return self.client.submit(execute_task, task, pure=False)
+
+    def wait(self, handles) -> list:
+        from distributed import wait
+
+        return list(wait(handles, return_when="FIRST_COMPLETED").done)
+
+    def result(self, h) -> dict[str, Any]:
+        try:
+            return h.result()
+        except Exception as e:  # noqa: BLE001 - KilledWorker, CommClosedError, ...
+            return {"status": "error", "error": f"{type(e).__name__}: {e}"}
+
+    def close(self, cancel: bool = False) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self.cluster is not None:
+                self.cluster.close()
+
+
+def make_backend(kind: str, workers: int, scheduler: str | None, plugins: tuple[str, ...]):
+    if kind == "local":
+        return LocalBackend(workers, plugins)
+    return DaskBackend(workers, scheduler, plugins)

@@ -1,0 +1,427 @@
+"""The run plan, the one type a sweep is described by: regimes, arms (policy configurations as run)
+and the tasks they expand into.
+
+Labels default to the policy name; when one name appears twice the label is built from the params
+(``fixed[H=256]``). A policy whose params take a ``reference`` (``matched_random``, ``offline_calibrated``) lists the
+*labels* of the policies whose merge budget it inherits in ``references`` and gets one arm per
+reference, labelled ``<label or name>[<reference label>]`` (or just ``label`` when it has a label and
+one reference), with ``draws`` runs per seed. ``matched_random`` arms are controls (``role:
+control``); others are evaluated policies (``role: policy``). Each evaluated policy is compared with
+every control that spends the same merge budget: ``wa_diloco`` and ``offline_calibrated[wa_diloco]``
+both with ``matched_random[wa_diloco]``.
+A policy entry may name the ``regimes`` it runs in (e.g. ``fixed`` with ``H: 512`` only where 512
+fits the corridor); a control runs where both it and its reference run.
+The scenario's own ``policy`` block is ignored (replaced by no_sync before overrides apply).
+Overrides apply in this order: the scenario file, the sweep's ``horizon_s``/``overrides``, then the
+regime's own ``overrides`` (the most specific wins).
+
+The store keeps `Plan.to_dict()`; `Plan.from_dict()` reads it back for the protocol, the report and
+the export, so they need nothing but the output folder. A plan read back has no scenario objects:
+it describes runs, it cannot start them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
+from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
+from wadiloco.models.config import Scenario, check_policy, load_scenario, with_overrides
+from wadiloco.models.errors import InputError
+from wadiloco.models.policies import POLICIES
+
+BASELINE = "no_sync"
+
+
+def stable_hash(obj: Any, n: int = 16) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    path: str
+    digest: str  # Scenario.digest(): the scenario_hash of every run in this regime
+    horizon_s: float | None = None
+    workload: str | None = None
+    scenario: Scenario | None = field(default=None, repr=False, compare=False)  # None when read back
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "scenario_hash": self.digest,
+            "horizon_s": self.horizon_s,
+            "workload": self.workload,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Regime:
+        return cls(d["name"], d.get("path", ""), d["scenario_hash"], d.get("horizon_s"), d.get("workload"))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One policy configuration as run: a sweep entry, or one reference of a matched control."""
+
+    label: str
+    name: str
+    params: dict[str, Any]  # the params the run gets (matched controls: incl. reference, reference_params)
+    params_hash: str
+    draws: int
+    role: str  # "baseline" (no_sync), "policy" (evaluated), or "control" (a randomised comparator)
+    reference: str | None = None  # label of the arm whose run sets this arm's merge budget
+    regimes: tuple[str, ...] | None = None  # None: every regime
+
+    def runs_in(self, regime: str) -> bool:
+        return self.regimes is None or regime in self.regimes
+
+    @property
+    def budget(self) -> str:
+        """Whose merge budget this arm spends: its reference's, or its own."""
+        return self.reference or self.label
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "name": self.name,
+            "params": self.params,
+            "params_hash": self.params_hash,
+            "draws": self.draws,
+            "role": self.role,
+            "reference": self.reference,
+            "regimes": list(self.regimes) if self.regimes is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Arm:
+        regimes = d.get("regimes")
+        return cls(
+            d["label"],
+            d["name"],
+            dict(d.get("params") or {}),
+            d["params_hash"],
+            int(d["draws"]),
+            d["role"],
+            d.get("reference"),
+            tuple(regimes) if regimes else None,
+        )
+
+
+@dataclass(frozen=True)
+class Task:
+    regime: str
+    arm: str
+    seed: int
+    draw: int
+    key: tuple  # (scenario_hash, policy_label, params_hash, seed, draw): the store's primary key
+    ref_key: tuple | None = None  # the reference run whose merge budget this run needs (must succeed)
+    base_key: tuple | None = None  # the no_sync run on the same (regime, seed) (needed finished, ok or not)
+
+
+@dataclass
+class Plan:
+    name: str
+    description: str
+    file: str
+    regimes: list[Regime]
+    arms: list[Arm]
+    seeds: list[int]
+    timeline_seed: int  # whose timelines are stored for the timeline figure
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    gate: GateSpec = field(default_factory=GateSpec)
+    plugins: tuple[str, ...] = ()  # $WADILOCO_PLUGINS as the plan was built (for the workers)
+
+    def arm(self, label: str) -> Arm:
+        return next(a for a in self.arms if a.label == label)
+
+    def regime(self, name: str) -> Regime:
+        return next(r for r in self.regimes if r.name == name)
+
+    @property
+    def baseline(self) -> Arm:
+        return next(a for a in self.arms if a.role == "baseline")
+
+    def key(self, regime: Regime, arm: Arm, seed: int, draw: int) -> tuple:
+        return (regime.digest, arm.label, arm.params_hash, int(seed), int(draw))
+
+    def expected_runs(self) -> int:
+        return sum(a.draws * len(self.seeds) for r in self.regimes for a in self.arms if a.runs_in(r.name))
+
+    def tasks(self) -> list[Task]:
+        """Every run, in the deterministic order of the outputs: regime, policy, seed, draw."""
+        out = []
+        base = self.baseline
+        for r in self.regimes:
+            for a in self.arms:
+                if not a.runs_in(r.name):
+                    continue
+                ref = self.arm(a.reference) if a.reference else None
+                for s in self.seeds:
+                    ref_key = self.key(r, ref, s, 0) if ref else None
+                    base_key = None if a is base else self.key(r, base, s, 0)
+                    out += [
+                        Task(r.name, a.label, s, d, self.key(r, a, s, d), ref_key, base_key) for d in range(a.draws)
+                    ]
+        return out
+
+    def identity(self) -> str:
+        """What makes two sweeps the same run set (analysis settings may change on resume)."""
+        return stable_hash(
+            {
+                "regimes": [(r.name, r.digest) for r in self.regimes],
+                "arms": [(a.label, a.name, a.params_hash, a.draws, a.reference, a.regimes) for a in self.arms],
+                "seeds": self.seeds,
+                "timeline_seed": self.timeline_seed,
+            },
+            32,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON kept in the store: enough to analyse and re-render without the YAML."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "file": self.file,
+            "identity": self.identity(),
+            "regimes": [r.to_dict() for r in self.regimes],
+            "arms": [a.to_dict() for a in self.arms],
+            "seeds": self.seeds,
+            "timeline_seed": self.timeline_seed,
+            "bootstrap": self.bootstrap.model_dump(mode="json"),
+            "gate": self.gate.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        seeds = [int(s) for s in d["seeds"]]
+        return cls(
+            name=d.get("name", "sweep"),
+            description=d.get("description", ""),
+            file=d.get("file", ""),
+            regimes=[Regime.from_dict(r) for r in d["regimes"]],
+            arms=[Arm.from_dict(a) for a in d["arms"]],
+            seeds=seeds,
+            timeline_seed=int(d.get("timeline_seed", seeds[0])),
+            bootstrap=BootstrapSpec.model_validate(d.get("bootstrap") or {}),
+            gate=GateSpec.model_validate(d.get("gate") or {}),
+        )
+
+
+# ---- building a plan from a sweep file ---------------------------------------------------------
+
+
+def load_sweep(path: str | Path) -> Plan:
+    p = Path(path)
+    return build_plan(read_spec(p), p, p.parent)
+
+
+def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
+    """Validate the sweep against its scenarios and the policy registry, and expand it."""
+    file = str(file)
+    plugins = plugin_modules()
+    load_plugins(plugins)
+    regimes: list[Regime] = []
+    for i in range(len(spec.regimes)):
+        reg = _regime(spec, i, file, Path(base_dir))
+        if any(x.name == reg.name for x in regimes):
+            raise InputError(
+                file, f"regimes.{i}.name", f"two regimes are named {reg.name!r}; give each a distinct `name`"
+            )
+        regimes.append(reg)
+    return Plan(
+        name=spec.name,
+        description=spec.description,
+        file=file,
+        regimes=regimes,
+        arms=_arms(spec, file, regimes),
+        seeds=list(spec.seeds),
+        timeline_seed=spec.timeline_seed if spec.timeline_seed is not None else spec.seeds[0],
+        bootstrap=spec.bootstrap,
+        gate=spec.gate,
+        plugins=plugins,
+    )
+
+
+def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
+    """A regime: its scenario + the sweep-wide overrides + the regime's own overrides."""
+    r = spec.regimes[i]
+    p = Path(r.path)
+    p = p if p.is_absolute() else base / p
+    if not p.exists():
+        raise InputError(file, f"regimes.{i}.path", f"scenario file not found: {r.path} (looked for {p})")
+    sc = load_scenario(p)
+    # The scenario's own `policy` is not used by a sweep (the sweep names its policies), so it
+    # is neutralised first: it cannot clash with an overridden corridor, and it does not enter
+    # the scenario hash.
+    merged: dict[str, Any] = {"policy.name": BASELINE, "policy.params": {}}
+    origin: dict[str, str] = {}  # dotted field -> where the sweep file set it
+    for k, v in spec.overrides.items():
+        merged[k], origin[k] = v, f"overrides.{k}"
+    if spec.horizon_s is not None:
+        merged["horizon_s"], origin["horizon_s"] = spec.horizon_s, "horizon_s"
+    for k, v in r.overrides.items():
+        merged[k], origin[k] = v, f"regimes.{i}.overrides.{k}"
+    try:
+        sc = with_overrides(sc, merged)
+    except InputError as e:
+        # a field-level problem names its override; a scenario-wide one (e.g. h_min > h_max)
+        # names the most specific override block
+        where = origin.get(e.where) or next(
+            (w for k, w in origin.items() if e.where and (k.startswith(e.where + ".") or e.where.startswith(k))),
+            f"regimes.{i}.overrides" if r.overrides else "overrides",
+        )
+        raise InputError(
+            file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}{e.message}"
+        ) from None
+    return Regime(r.name or sc.name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
+
+
+def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:
+    """The arms in the YAML's order; a control's arms follow its references' order."""
+    counts = Counter(ps.name for ps in spec.policies)
+    entries = [(i, ps, _check_entry(i, ps, counts, regimes, file)) for i, ps in enumerate(spec.policies)]
+    plain: dict[str, PolicySpec] = {}
+    for i, ps, label in entries:
+        if not ps.references:
+            if label in plain:
+                raise InputError(file, f"policies.{i}.label", f"label {label!r} is used twice; labels must be distinct")
+            plain[label] = ps
+    names = [r.name for r in regimes]
+    arms: list[Arm] = []
+    for i, ps, label in entries:
+        if not ps.references:
+            role = "baseline" if ps.name == BASELINE else "policy"
+            params_hash = stable_hash([ps.name, ps.params])
+            arms.append(
+                Arm(
+                    label,
+                    ps.name,
+                    dict(ps.params),
+                    params_hash,
+                    ps.draws,
+                    role,
+                    None,
+                    _regime_set(ps.regimes, None, names),
+                )
+            )
+        else:
+            arms += _control_arms(i, ps, label, plain, regimes, {a.label for a in arms}, file)
+    base = [a for a in arms if a.role == "baseline"]
+    if not base:
+        raise InputError(file, "policies", "the protocol needs the load-match baseline: add `- {name: no_sync}`")
+    if base[0].regimes is not None:
+        raise InputError(file, "policies", "no_sync is the baseline of every regime; it takes no `regimes`")
+    if len(base) > 1:
+        raise InputError(file, "policies", "list no_sync once")
+    return arms
+
+
+def _check_entry(i: int, ps: PolicySpec, counts: Counter, regimes: list[Regime], file: str) -> str:
+    """Check one policy entry against the registry and the regimes; its label."""
+    names = [r.name for r in regimes]
+    for j, rn in enumerate(ps.regimes or []):
+        if rn not in names:
+            raise InputError(
+                file, f"policies.{i}.regimes.{j}", f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})"
+            )
+    if ps.name not in POLICIES:
+        raise InputError(
+            file, f"policies.{i}.name", f"unknown policy {ps.name!r}; known: {', '.join(sorted(POLICIES))}"
+        )
+    takes_ref = POLICIES[ps.name].takes_reference
+    if takes_ref and "reference" in ps.params:
+        raise InputError(
+            file,
+            f"policies.{i}.params.reference",
+            "name the followed policies by label in `references: [...]`, not in params",
+        )
+    if takes_ref and not ps.references:
+        raise InputError(
+            file,
+            f"policies.{i}.references",
+            f"{ps.name} is a matched control and needs `references: [policy labels]` "
+            f"naming the policies whose merge counts it inherits",
+        )
+    if not takes_ref and ps.references:
+        raise InputError(
+            file, f"policies.{i}.references", f"policy {ps.name!r} does not follow a reference; remove `references`"
+        )
+    if ps.role == "control" and not takes_ref:
+        raise InputError(
+            file, f"policies.{i}.role", f"a control follows a reference's merge budget; {ps.name!r} takes no reference"
+        )
+    if ps.name == BASELINE and ps.draws != 1:
+        raise InputError(file, f"policies.{i}.draws", "no_sync is deterministic; it takes no draws")
+    if not takes_ref:
+        _check_in_regimes(_only(regimes, ps.regimes), ps.name, ps.params, file, f"policies.{i}")
+    return ps.label or (ps.name if counts[ps.name] == 1 or takes_ref else _auto_label(ps))
+
+
+def _control_arms(
+    i: int, ps: PolicySpec, label: str, plain: dict[str, PolicySpec], regimes: list[Regime], taken: set, file: str
+) -> list[Arm]:
+    """One arm per reference of a policy that follows references (a matched control or an oracle)."""
+    if len(set(ps.references)) != len(ps.references):
+        raise InputError(file, f"policies.{i}.references", "a reference is listed twice")
+    names = [r.name for r in regimes]
+    out: list[Arm] = []
+    for j, ref in enumerate(ps.references):
+        where = f"policies.{i}.references.{j}"
+        if ref not in plain:
+            raise InputError(file, where, f"no policy labelled {ref!r} in this sweep (labels: {', '.join(plain)})")
+        rps = plain[ref]
+        if rps.name == BASELINE:
+            raise InputError(file, where, "no_sync never merges; a matched control cannot follow it")
+        if rps.draws != 1:
+            raise InputError(
+                file, where, f"{ref!r} has draws > 1; a matched control follows a policy with one run per seed"
+            )
+        params = {**ps.params, "reference": rps.name, "reference_params": dict(rps.params)}
+        where_ok = _regime_set(ps.regimes, rps.regimes, names)
+        if where_ok == ():
+            raise InputError(file, f"policies.{i}.regimes", f"runs in no regime where its reference {ref!r} runs")
+        _check_in_regimes(_only(regimes, where_ok), ps.name, params, file, f"policies.{i}")
+        alabel = ps.label if ps.label and len(ps.references) == 1 else f"{label}[{ref}]"
+        if alabel in plain or alabel in taken or any(a.label == alabel for a in out):
+            raise InputError(file, f"policies.{i}.label", f"label {alabel!r} is used twice")
+        role = ps.role or ("control" if POLICIES[ps.name].control else "policy")
+        out.append(Arm(alabel, ps.name, params, stable_hash([ps.name, params]), ps.draws, role, ref, where_ok))
+    return out
+
+
+def _auto_label(spec: PolicySpec) -> str:
+    if not spec.params:
+        return spec.name
+    inner = ",".join(
+        f"{k}={json.dumps(v, sort_keys=True) if not isinstance(v, str) else v}" for k, v in sorted(spec.params.items())
+    )
+    return f"{spec.name}[{inner}]"
+
+
+def _only(regimes: list[Regime], names) -> list[Regime]:
+    return regimes if names is None else [r for r in regimes if r.name in names]
+
+
+def _regime_set(own, ref, names: list[str]) -> tuple[str, ...] | None:
+    """The regimes an arm runs in (None: all), in the sweep's order."""
+    if own is None and ref is None:
+        return None
+    keep = set(names if own is None else own) & set(names if ref is None else ref)
+    return tuple(n for n in names if n in keep)
+
+
+def _check_in_regimes(regimes: list[Regime], name: str, params: dict, file: str, where: str) -> None:
+    """Validate a policy's params, and that they fit every regime's merge corridor."""
+    for reg in regimes:
+        try:
+            check_policy(reg.scenario, name, params, file, where)
+        except InputError as e:
+            if len(regimes) > 1 and e.where.endswith(".params") and "corridor" in e.message:
+                raise InputError(e.file, e.where, f"{e.message} in regime {reg.name!r}") from None
+            raise

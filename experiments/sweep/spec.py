@@ -1,0 +1,143 @@
+"""The sweep file's schema: regimes x policies x seeds, validated like scenarios (unknown keys rejected).
+
+A sweep YAML names
+
+    name: smoke                       # optional, for the report
+    regimes:                          # scenario files, relative to this YAML
+      - ../scenarios/normal.yaml
+      - {path: ../scenarios/bursty.yaml, name: bursty_small, overrides: {fleet.hosts_per_island: 1}}
+    horizon_s: 300                    # optional: every regime's horizon
+    overrides: {drain_s: 60}          # optional: dotted scenario fields for every regime
+    policies:
+      - {name: no_sync}               # required: the load-match baseline
+      - {name: fixed, params: {H: 256}, label: fixed_H256}
+      - {name: fixed, params: {H: 512}, regimes: [normal]}   # only where 512 fits the corridor
+      - {name: matched_random, references: [fixed_H256], draws: 3}
+    seeds: 3                          # a count (0..N-1) or a list of seeds
+    bootstrap: {n_resamples: 9999, confidence: 0.95, method: BCa, seed: 0}
+    gate: {alpha: 0.05, min_p95_ratio: 1.05, transfer: matched, envelope: [2.5, 97.5]}
+    timeline_seed: 0                  # whose timelines are stored for the timeline figure
+
+How the entries expand into arms and runs: experiments/sweep/plan.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from wadiloco.models.config import Strict, _check_finite, read_yaml, validate
+from wadiloco.models.errors import InputError
+
+
+class RegimeSpec(Strict):
+    path: str = Field(min_length=1, description="scenario YAML, relative to the sweep file")
+    name: str | None = Field(None, min_length=1, description="default: the scenario's name")
+    overrides: dict[str, Any] = Field({}, description="dotted scenario fields, e.g. fleet.islands: 2")
+
+
+class PolicySpec(Strict):
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = {}
+    label: str | None = Field(None, min_length=1, max_length=200)
+    references: list[str] | None = Field(None, min_length=1, description="labels a matched control follows")
+    draws: int = Field(1, ge=1, le=100_000, description="runs per seed (matched controls: R)")
+    role: Literal["policy", "control"] | None = Field(
+        None, description="control: a randomised comparator (default for matched_random); policy: evaluated"
+    )
+    regimes: list[str] | None = Field(None, min_length=1, description="run only in these regimes (names)")
+
+
+class BootstrapSpec(Strict):
+    n_resamples: int = Field(9999, ge=10, le=10_000_000)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    method: Literal["BCa", "percentile", "basic"] = "BCa"
+    seed: int = Field(0, ge=0, description="seed of the bootstrap resampling streams")
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method_case(cls, v):
+        if isinstance(v, str):
+            for m in ("BCa", "percentile", "basic"):
+                if v.lower() == m.lower():
+                    return m
+        return v
+
+
+class GateSpec(Strict):
+    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level after Holm correction")
+    min_p95_ratio: float = Field(1.05, ge=1, le=100, description="smallest p95 ratio that counts as transfer")
+    transfer: Literal["matched", "overlap"] = Field(
+        "matched",
+        description="matched: overlapping requests vs the same requests under no_sync (CRN); "
+        "overlap: overlapping vs non-overlapping requests of the same run",
+    )
+    envelope: tuple[float, float] = (2.5, 97.5)
+
+    @field_validator("envelope")
+    @classmethod
+    def _env(cls, v):
+        lo, hi = v
+        if not (0 <= lo < hi <= 100):
+            raise ValueError(f"envelope percentiles must satisfy 0 <= low < high <= 100 (got {lo}, {hi})")
+        return v
+
+
+class SweepSpec(Strict):
+    name: str = "sweep"
+    description: str = ""
+    regimes: list[RegimeSpec] = Field(min_length=1)
+    policies: list[PolicySpec] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1, max_length=100_000)
+    horizon_s: float | None = Field(None, gt=0, le=7 * 86400)
+    overrides: dict[str, Any] = {}
+    bootstrap: BootstrapSpec = BootstrapSpec()
+    gate: GateSpec = GateSpec()
+    timeline_seed: int | None = Field(None, ge=0)
+
+    @field_validator("regimes", mode="before")
+    @classmethod
+    def _regime_strings(cls, v):
+        if isinstance(v, list):
+            return [{"path": r} if isinstance(r, str) else r for r in v]
+        return v
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_count(cls, v):
+        if isinstance(v, bool):
+            raise ValueError("must be a count of seeds or a list of seeds")
+        if isinstance(v, int):
+            if v < 1 or v > 100_000:
+                raise ValueError(f"a seed count must be between 1 and 100000 (got {v})")
+            return list(range(v))
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seed_list(cls, v):
+        if any(s < 0 or s >= 2**63 for s in v):
+            raise ValueError("seeds must be non-negative integers")
+        if len(set(v)) != len(v):
+            raise ValueError("seeds must be distinct")
+        return v
+
+    @field_validator("timeline_seed")
+    @classmethod
+    def _timeline(cls, v, info: ValidationInfo):
+        seeds = info.data.get("seeds")
+        if v is not None and seeds is not None and v not in seeds:
+            raise ValueError(f"timeline_seed {v} is not one of the sweep's seeds")
+        return v
+
+
+def read_spec(path: str | Path) -> SweepSpec:
+    """A sweep YAML, validated (errors name the file and the field)."""
+    p = Path(path)
+    data = read_yaml(p)
+    if not isinstance(data, dict):
+        raise InputError(p, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
+    _check_finite(data, p)
+    return validate(SweepSpec, data, p)
