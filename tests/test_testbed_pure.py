@@ -1,5 +1,5 @@
-"""The testbed twin's pure building blocks (wadiloco.models.testbed): prompt sets, exact timetables
-and Stage 12's generated schedules.
+"""The testbed twin's pure building blocks (wadiloco.models.testbed): prompt sets, exact timetables,
+Stage 12's generated schedules, and the simulated DiLoCo stress harness fitted to 3.5's traces.
 
 Facts checked here come from /work/shared/paper_testbed.md (section numbers in the comments).
 """
@@ -8,13 +8,28 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.testbed import harness_policies as hp
 from wadiloco.models.testbed import prompts, stage12
 from wadiloco.models.testbed import timetables as tt
+from wadiloco.models.testbed.harness import (
+    BOUNDARY_S,
+    HARNESS_POLICIES,
+    MERGE_COUNTS,
+    REFERENCE_STEP_S,
+    SEEDS,
+    TRACE_LENGTHS,
+    HarnessParams,
+    TrainingSidecar,
+    run_harness,
+    write_events,
+)
+from wadiloco.models.testbed.harness_fit import TOLERANCE_S, fit_step_time, fit_table
 
 # ---------------------------------------------------------------------------------------------
 # prompts (2.3)
@@ -251,3 +266,153 @@ def test_random_matched_reproduces_the_table(seed, draw):
 def test_random_matched_depends_on_seed_and_draw():
     assert stage12.random_matched(23, 0) != stage12.random_matched(23, 1) != stage12.random_matched(29, 0)
     assert stage12.random_matched(23, 0) == stage12.random_matched(23, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the stress harness (3.5)
+
+
+@pytest.fixture(scope="module")
+def fits():
+    return {(f.policy, f.seed): f for f in fit_table()}
+
+
+def test_defaults_follow_from_the_trace_table():
+    """Assumption 2 of harness.py: the boundary cost and the reference step time."""
+    mean = {p: sum(d) / len(d) for p, d in TRACE_LENGTHS.items()}
+    assert BOUNDARY_S == pytest.approx((mean["random_matched"] - mean["fixed_h_512"]) / 24, abs=5e-4)
+    assert REFERENCE_STEP_S == pytest.approx((mean["fixed_h_512"] - 8 - 8 * BOUNDARY_S) / 4096, abs=5e-6)
+    assert 8 + 3584 * REFERENCE_STEP_S + 14 * BOUNDARY_S == pytest.approx(mean["fixed_h_256"], abs=1.5)
+
+
+def test_every_cell_reproduces_merge_count_and_trace_length(fits):
+    assert len(fits) == 35
+    for (policy, seed), fit in fits.items():
+        run = fit.run
+        assert len(run.merge_times) == MERGE_COUNTS[policy] == (14 if policy == "fixed_h_256" else 8)
+        assert abs(run.duration - TRACE_LENGTHS[policy][SEEDS.index(seed)]) <= TOLERANCE_S, (policy, seed)
+        assert run.duration == pytest.approx(run.merge_times[-1] + 8.0, abs=1e-9)  # tail 0: D = last + 8
+
+
+def test_fits_are_plausible_and_offsets_move_only_when_they_must(fits):
+    for (policy, _), fit in fits.items():
+        assert 0.03 < fit.step_s < 0.15
+        if not HARNESS_POLICIES[policy].reads_pressure:
+            assert fit.pressure_offset_s == 0.0
+    # pressure-blind cells have closed forms: D = 8 + cycles x (C x step + boundary)
+    fit = fits["random_matched", 23]
+    assert fit.cycles == 32 and fit.step_s == pytest.approx((611.300 - 8 - 32 * BOUNDARY_S) / 4096)
+    fit = fits["fixed_h_256", 31]
+    assert fit.cycles == 14 and fit.step_s == pytest.approx((412.008 - 8 - 14 * BOUNDARY_S) / 3584)
+
+
+def test_corridor_and_event_log(fits):
+    for (policy, _), fit in fits.items():
+        cls, run = HARNESS_POLICIES[policy], fit.run
+        assert all(cls.min_h <= s <= cls.max_h and s % cls.cycle_steps == 0 for s in run.merge_steps)
+        assert sum(run.merge_steps) == run.cycles * cls.cycle_steps  # the run ends at its last merge
+        assert run.cycles <= cls.max_cycles
+        names = [e["event"] for e in run.events]
+        assert names[0] == "coordinator_start" and names[-1] == "coordinator_stop"
+        assert names.count("control_cycle") == run.cycles and names.count("merged") == len(run.merge_steps)
+        ts = [e["ts_ms"] for e in run.events]
+        assert ts == sorted(ts) and ts[0] == 0 and all(isinstance(x, int) for x in ts)
+
+
+def test_event_log_round_trips_through_the_replay_loader(tmp_path, fits):
+    run = fits["wa_diloco", 37].run
+    trace = tt.load_sync_trace(write_events(tmp_path / "coordinator.jsonl", run.events))
+    assert trace.starts == run.merge_times and trace.duration == pytest.approx(622.979, abs=TOLERANCE_S)
+
+
+def test_harness_is_deterministic_and_seeded():
+    for policy in HARNESS_POLICIES:
+        assert run_harness(policy, 23).events == run_harness(policy, 23).events
+    p = HarnessParams(loss_drop_sd=0.005)  # early syncs happen at this noise, so draws matter
+    seeds = {run_harness("wa_diloco", s, p).merge_steps for s in SEEDS}
+    assert len(seeds) > 1
+    assert run_harness("random_matched", 23).merge_steps == (512,) * 8  # 0.3^8 per cycle: forced
+
+
+def test_online_policy_syncs_early_only_in_quiet_time(fits):
+    """Stage 13's rule reads the bursty sidecar: an early (unforced) merge never follows a busy sample."""
+    early = 0
+    for seed in SEEDS:
+        fit = fits["online_calibrated_wa", seed]
+        p, sidecar = fit.run.params, TrainingSidecar("bursty", fit.run.params, 2000.0)
+        t = 0.0
+        for steps in fit.run.merge_steps:
+            t_vote = t + steps * p.step_s + (steps // 128 - 1) * p.boundary_s
+            if steps < 512:
+                early += 1
+                net, inf, _, cost = sidecar.read(t_vote)
+                assert (net, inf) == tt.QUIET_LABELS[:2] and cost < 1.0
+            t = t_vote + p.boundary_s
+        assert t == pytest.approx(fit.run.merge_times[-1])
+    assert early > 0
+
+
+def test_sidecar_reads_the_last_published_value():
+    p = HarnessParams(pressure_offset_s=2.0)
+    mixed = TrainingSidecar("mixed", p, 1000.0)
+    net, inf, ckpt, cost = mixed.read(77.9)  # sidecar time 79.9 -> published at 75
+    assert [net, inf, ckpt] == pytest.approx([float(x) for x in tt.pressure_values(75.0, 300.0)]) and cost == 0.0
+    busy = TrainingSidecar("bursty", p, 1000.0)
+    assert busy.read(24.0) == (0.70, 0.95, 0.0, 5.0 / 8.0)  # published at 25: busy, [25, 33] is 5/8 busy
+    assert busy.read(28.0) == (0.20, 0.08, 0.0, 0.0)  # published at 30: quiet, [30, 38] quiet
+
+
+def _view(**kw):
+    base = dict(
+        cycle=3,
+        round=1,
+        steps_since_sync=384,
+        tokens_since_sync=384 * 2048,
+        staleness_s=54.0,
+        network=0.2,
+        inference=0.1,
+        checkpoint=0.0,
+        serving_sync_cost=0.0,
+        loss_drop=np.array([0.01, -0.05]),
+        uniform=np.array([0.7, 0.69]),
+    )
+    base.update(kw)
+    return hp.CycleView(**base)
+
+
+def test_hand_checked_decisions():
+    view = _view()
+    assert hp.FixedH256().votes(view).all() and hp.FixedH512().votes(view).all()
+    assert hp.PressureGate().votes(_view(network=0.6)).all() and not hp.PressureGate().votes(_view(network=0.61)).any()
+    assert hp.PressureGateMatched().votes(_view(inference=0.45)).all()
+    assert not hp.PressureGateMatched().votes(_view(checkpoint=0.8)).any()
+    assert hp.RandomMatched().votes(view).tolist() == [True, False]  # defers when u < 0.7
+    # wa_diloco, learner 0: 0.5 x 0.2 + 0.5 x 0.786432 - (0.1 + 0.075 + 0 + 0.25 x 0.03) = 0.3107
+    # learner 1: 0.5 x (-1) + 0.393216 - 0.1825 = -0.2893
+    assert hp.WaDiloco().scores(view) == pytest.approx([0.310716, -0.289284], abs=1e-6)
+    assert hp.WaDiloco().votes(view).tolist() == [True, False]
+    online = hp.OnlineCalibratedWa()
+    assert online.scores(_view(serving_sync_cost=0.25)) == pytest.approx([0.060716, -0.539284], abs=1e-6)
+    assert not online.votes(_view(serving_sync_cost=0.35)).any()
+
+
+def test_coordinator_corridor():
+    gate = hp.PressureGate()
+    assert not hp.coordinator_merges(gate, _view(steps_since_sync=0, network=0.2))
+    assert hp.coordinator_merges(gate, _view(steps_since_sync=128, network=0.2))
+    assert not hp.coordinator_merges(gate, _view(steps_since_sync=384, network=0.8))
+    assert hp.coordinator_merges(gate, _view(steps_since_sync=512, network=0.8))  # forced
+    wa = hp.WaDiloco()  # one dissenting learner blocks the merge (min_ready 8)
+    assert not hp.coordinator_merges(wa, _view())
+    assert hp.coordinator_merges(wa, _view(loss_drop=np.array([0.01, 0.0])))
+
+
+def test_fit_fails_loudly_and_params_are_checked():
+    with pytest.raises(ValueError, match="no self-consistent"):
+        fit_step_time("fixed_h_512", 23, 50.0)
+    with pytest.raises(ValueError):
+        HarnessParams(step_s=0.0)
+    with pytest.raises(ValueError):
+        HarnessParams(pressure_offset_s=-1.0)
+    shifted = fit_step_time("pressure_gate", 23, 288.387, replace(HarnessParams(), pressure_offset_s=150.0))
+    assert abs(shifted.residual_s) <= TOLERANCE_S and shifted.pressure_offset_s >= 150.0

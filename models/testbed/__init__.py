@@ -10,5 +10,7 @@ This package holds the plain, SimPy-free parts (numpy only), each with its sourc
 - `timetables`: exact on/off timetables and membership rules: Stage 10's periodic sync windows (3.3),
   the pressure schedule (3.2) and its values, replayed sync windows with the repeat wrap (3.4), the
   bursty busy test, c(t) and labels (2.4, 2.6);
-- `stage12`: Stage 12's generated schedules, reproduced exactly (3.6).
+- `stage12`: Stage 12's generated schedules, reproduced exactly (3.6);
+- `harness`, `harness_policies`, `harness_fit`: a simulated DiLoCo stress harness that rebuilds the
+  unreleased training traces replayed in Stages 11-13, fitted to their merge counts and lengths (3.5).
 """
