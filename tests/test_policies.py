@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from policy_cases import corridor_params, registered
 
 from wadiloco.experiments.cli import main as cli_main
 from wadiloco.experiments.runner import run_one
@@ -24,15 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))
 # A scaled-down corridor so that a short run holds several merges: 100 s = ~200 inner steps.
 SHORT = {"horizon_s": 100, "drain_s": 5, "merge.h_min": 24, "merge.h_max": 64, "policy.params.H": 48}
-CORRIDOR_POLICIES = [
-    ("fixed", {"H": 48}),
-    ("pressure_gated", {"H": 48}),
-    ("wa_diloco", {}),
-    ("online_forecast", {}),
-    ("online_forecast", {"forecaster": "holt_winters", "refit_s": 20}),
-    ("matched_random", {}),
-    ("offline_calibrated", {}),
+# Every registered policy that declares `respects_corridor` (tests/policy_cases.py), with its
+# defaults fitted to the short corridor; `None` means "fit the defaults", a dict is a variant.
+CORRIDOR_CASES = [pytest.param(n, None, id=n) for n in registered(lambda c: c.respects_corridor)] + [
+    pytest.param("online_forecast", {"forecaster": "holt_winters", "refit_s": 20}, id="online_forecast-holt_winters"),
 ]
+# Read at import, before any test can register a test-only policy (tests/sweep_plugins.py).
+MATCHED = registered(lambda c: c.takes_reference)
 
 
 def scenario(name: str, **overrides):
@@ -213,11 +212,12 @@ def _reference(path: str) -> dict:
     return _refs[path]
 
 
-@pytest.mark.parametrize("pol,params", CORRIDOR_POLICIES, ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize("pol,params", CORRIDOR_CASES)
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: Path(p).stem)
 def test_corridor_every_policy_every_regime(path, pol, params):
     sc = with_overrides(load_scenario(path), SHORT)
-    ref = _reference(path) if "reference" in POLICIES[pol].Params.model_fields else None
+    params = corridor_params(pol, 24, 64, 48) if params is None else params
+    ref = _reference(path) if POLICIES[pol].takes_reference else None
     res = run_one(sc, 0, pol, params, check=True, reference=ref)  # check=True runs check_corridor too
     steps = res.summary["merge_steps"]
     gaps = np.diff([0] + steps)
@@ -232,7 +232,7 @@ def test_corridor_every_policy_every_regime(path, pol, params):
 # ---- matched budgets ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pol", ["matched_random", "offline_calibrated"])
+@pytest.mark.parametrize("pol", MATCHED)
 def test_matched_budget_equals_reference(pol):
     """Narrow full-size corridor [128, 256] and a reference that packs merges at h_min: the runner
     runs the reference first (same seed), the control uses exactly its merge count. (The bursty
@@ -251,7 +251,7 @@ def test_matched_random_draws_differ_and_repeat():
 
 def test_matched_count_that_cannot_fit_is_an_input_error():
     sc = scenario("bursty", **SHORT)
-    for pol in ("matched_random", "offline_calibrated"):
+    for pol in MATCHED:
         with pytest.raises(InputError) as e:
             run_one(sc, 0, pol, {}, reference={"merges": 40, "steps": 200})
         assert e.value.where == "policy.params.reference" and "cannot be placed" in e.value.message
@@ -298,13 +298,13 @@ def test_cli_run_every_policy(tmp_path, capsys):
     f = tmp_path / "short.yaml"
     f.write_text(yaml.safe_dump(data))
     for name in POLICIES:
-        args = ["--param", "H=48"] if name in ("fixed", "pressure_gated") else []
+        args = [a for k, v in corridor_params(name, 24, 64, 48).items() for a in ("--param", f"{k}={v}")]
         assert cli_main(["run", str(f), "--policy", name, "--json", *args]) == 0, name
         s = json.loads(capsys.readouterr().out)
         assert s["policy"] == name and isinstance(s["merge_steps"], list)
         assert set(s["violations_by_phase"]) == {"stage", "allreduce", "outer", "ckpt", "none"}
         assert sum(s["violations_by_phase"].values()) == s["slo_violations"]
-        if name in ("matched_random", "offline_calibrated"):
+        if POLICIES[name].takes_reference:
             assert s["merges"] == s["reference_merges"]
     assert cli_main(["run", str(f), "--policy", "matched_random", "--param", "reference=no_sync"]) == 2
     assert "policy.params" in capsys.readouterr().err
