@@ -20,6 +20,8 @@ Then (benchmarks/sweep_speed.py, benchmarks/memory.py; `--skip-sweep`, `--skip-m
                           run times (see benchmarks/sweep_speed.py: paper_estimate);
   peak_rss_mb_1h_64sidecars  peak RSS (MiB) of a child process running a 1-hour azure_conv replay on
                           64 sidecars (8 islands x 8 hosts x 1), per-request table included.
+And (benchmarks/traces.py; `--skip-traces` leaves it out):
+  trace_load_s_azure/_mooncake  seconds to parse each real trace (warm page cache), with rows/s.
 Every figure is the median of >= 3 runs (5 by default for the one-core figures, 3 for the rest).
 `--quick` shrinks every size (240 s bursty window, 1-seed 120 s smoke sweep, 600 s memory replay,
 one run per regime for the paper estimate); its figures are for smoke-testing the benchmark only.
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-sweep", action="store_true", help="leave out the sweep and Dask figures")
     ap.add_argument("--skip-memory", action="store_true", help="leave out the 64-sidecar memory figure")
+    ap.add_argument("--skip-traces", action="store_true", help="leave out the trace parsing figures")
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
     if runs < 3:
@@ -74,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from wadiloco.benchmarks.memory import run_memory_benchmark
 
         out.update(run_memory_benchmark(other_runs, quick=args.quick))
+    if not args.skip_traces:
+        from wadiloco.benchmarks.traces import run_trace_benchmark
+
+        out.update(run_trace_benchmark(runs))
     out["meta"] = {
         "runs": runs,
         "quick": args.quick,
@@ -144,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
             f"(per-request table {m['request_table_mb']:.0f} MiB kept): "
             f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
             f"real-time x{m['realtime_factor']:.0f})"
+        )
+    for name, t in out.get("traces", {}).items():
+        lines.append(
+            f"trace {name}: {t['skipped']}"
+            if "skipped" in t
+            else f"trace {name}: {t['file']} ({t['file_mb']:.1f} MiB, {t['rows']} rows) parsed in {t['wall_s']:.3f} s, "
+            f"{t['rows_per_s'] / 1e3:.0f}k rows/s: trace_load_s_{name} {t['wall_s']:.3f}"
         )
     print("\n".join(lines))
     return 0
