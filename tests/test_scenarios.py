@@ -34,7 +34,9 @@ def test_every_regime_has_a_scenario():
 def test_scenario_loads(path, shared_dir):
     sc = load_scenario(path)
     assert sc.name == path.stem
-    assert len(sc.digest()) == 16
+    # the digest (runs.csv's scenario_hash) is stable across loads and moves with any field
+    assert load_scenario(path).digest() == sc.digest()
+    assert with_overrides(sc, {"horizon_s": sc.horizon_s + 1}).digest() != sc.digest()
 
 
 BASE = {"name": "x", "workload": {"kind": "normal"}, "policy": {"name": "fixed", "params": {"H": 256}}}
