@@ -1,234 +1,104 @@
-"""Scenario schema: every field a YAML may set, its unit, default and source.
+"""Loading a scenario: read the YAML, validate it, and resolve it against the registries once.
 
-Validation errors become `InputError`s naming the file and the dotted field, so a typo never
-reaches the simulator. Unknown keys are rejected everywhere (`extra="forbid"`).
-Bandwidths are in Gb/s (gigabits per second) throughout; sizes in bytes; times in seconds.
+`load` gives a `Resolved`: the validated `Scenario` (schema: models.scenario), its workload's
+parsed params (a trace loaded: models.workloads) and the run's policy class with validated params
+(models.policies). The fleet is built from a `Resolved` as it is and parses nothing again.
+`load_scenario`, `scenario_from_dict` and `with_overrides` check just as deeply but return the bare
+`Scenario`, for code that edits scenarios (sweeps, capacity searches); `resolve` turns one into a
+`Resolved` (a trace is read once per process and file: models.traces.load_trace_cached).
+
+Validation errors are `InputError`s naming the file and the dotted field. The schema and the shared
+validation helpers (models.schema) are re-exported here, where older code imports them from.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.policies import Params, Policy, parse_policy
+from wadiloco.models.scenario import (
+    EngineConfig,
+    FleetConfig,
+    InterferenceConfig,
+    MergeConfig,
+    MonitorConfig,
+    PolicyConfig,
+    Scenario,
+    SLOConfig,
+    TrainingConfig,
+)
+from wadiloco.models.schema import Strict, check_finite, format_validation_error, read_yaml, validate
+from wadiloco.models.workloads import parse_workload
 
-UNLIMITABLE = ("gpu", "host", "pcie", "nic", "links", "storage")
+_check_finite = check_finite  # the name experiments.sweep imports
+
+__all__ = [
+    "EngineConfig",
+    "FleetConfig",
+    "InterferenceConfig",
+    "MergeConfig",
+    "MonitorConfig",
+    "PolicyConfig",
+    "Resolved",
+    "SLOConfig",
+    "Scenario",
+    "Strict",
+    "TrainingConfig",
+    "check_finite",
+    "check_policy",
+    "format_validation_error",
+    "from_dict",
+    "load",
+    "load_scenario",
+    "policy_choice",
+    "read_yaml",
+    "resolve",
+    "scenario_from_dict",
+    "validate",
+    "with_overrides",
+]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+@dataclass(frozen=True)
+class Resolved:
+    """A scenario checked against every registry, with what the checks produced: what a fleet is
+    built from (sim.fleet.Fleet), so nothing downstream validates or reads a file again."""
 
-
-class FleetConfig(Strict):
-    """Topology defaults follow SPEC.md section 2."""
-
-    islands: int = Field(4, ge=1, le=256)
-    hosts_per_island: int = Field(2, ge=1, le=256)
-    learner_gpus_per_host: int = Field(8, ge=1, le=64)
-    sidecars_per_host: int = Field(1, ge=0, le=64)
-    # same_host: the sidecar has its own GPU; same_gpu: the host's outer-optimizer shard is
-    # updated on the sidecar's GPU, so the outer step time-slices with serving.
-    colocation: Literal["same_host", "same_gpu"] = "same_host"
-    nic_gbps: float = Field(100.0, gt=0)
-    switch_gbps: float = Field(3200.0, gt=0, description="intra-island switch backplane")
-    interisland_gbps: float = Field(25.0, gt=0)
-    wan_efficiency: float = Field(0.6, gt=0, le=1)
-    # What-if switches: a resource named here has unlimited capacity (no queueing on it).
-    unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage"]] = []
+    scenario: Scenario
+    workload: BaseModel  # the workload kind's params (models.workloads); a trace is loaded
+    policy: type[Policy]  # the policy this run uses (not necessarily the scenario's own)
+    params: Params  # its validated params, checked against the merge corridor
 
     @property
-    def n_hosts(self) -> int:
-        return self.islands * self.hosts_per_island
+    def policy_name(self) -> str:
+        return self.policy.name
 
-    @property
-    def n_sidecars(self) -> int:
-        return self.n_hosts * self.sidecars_per_host
-
-
-class EngineConfig(Strict):
-    """vLLM-like continuous batching. Defaults are vLLM's (max_num_seqs 256, chunked prefill)."""
-
-    max_num_seqs: int = Field(256, ge=1, le=4096)
-    max_num_batched_tokens: int = Field(8192, ge=1, le=1_000_000)
-    # CUDA-graph decode (vLLM's default) leaves little CPU per step; eager decode is bound by
-    # the CPU launching kernels (calibration: decode_eager_b64_ctx1024).
-    cuda_graphs: bool = True
-    # CPU work per iteration that runs beside the GPU work (scheduler, sampling, detokenise).
-    # vLLM's profile of v0.5.3 (Llama 3 8B, 1xH100; vLLM blog 2024-09-05) puts scheduling at 29%
-    # of execution time and the GPU at no more than the remaining 38%: h = 0.29/0.38 x the
-    # calibration's decode step (6.43 ms, B=64, ctx 1024) = 4.9 ms. Newer engines overlap this
-    # work with the GPU step, which is what max(h, g) models; set ~0.0005 for a lean engine.
-    host_overhead_s: float = Field(0.0049, ge=0, le=10)
-    fast_forward: bool = True
-
-    @model_validator(mode="after")
-    def _budget_holds_a_decode_step(self):
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
-                "one token per step"
-            )
-        return self
+    def with_policy(
+        self, name: str | None, params: dict | None, file: object = None, where: str = "policy"
+    ) -> Resolved:
+        """The same scenario run with another policy (`policy_choice` picks its params)."""
+        sc = self.scenario
+        cls, p = check_policy(sc, *policy_choice(sc, name, params), sc.source if file is None else file, where)
+        return replace(self, policy=cls, params=p)
 
 
-class SLOConfig(Strict):
-    """DistServe/Vidur-range thresholds."""
-
-    ttft_s: float = Field(1.0, gt=0)
-    tpot_s: float = Field(0.1, gt=0)
-
-
-class TrainingConfig(Strict):
-    step_time_s: float = Field(0.5, gt=0)
-    step_jitter: float = Field(0.05, ge=0, lt=1, description="relative std-dev of a step's time")
-    params: float = Field(1.0e9, gt=0, le=1e13)
-    tokens_per_step: float = Field(524288.0, gt=0, description="per island")
-    initial_loss_tokens: float = Field(1.0e9, ge=0, description="tokens seen before the run")
-
-
-class MergeConfig(Strict):
-    h_min: int = Field(128, ge=1)
-    h_max: int = Field(512, ge=1)
-    pseudo_grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16")
-    checkpoint_bytes_per_param: float = Field(8.0, gt=0, description="fp32 params + fp32 outer momentum")
-    # Every island writes its replica, sharded over its hosts (per-island restart).
-    checkpoint_gbps: float = Field(80.0, gt=0, description="aggregate store write bandwidth")
-    serialize_gbps: float = Field(5.6, gt=0, description="per-host checkpoint serialisation")
-    pcie_gbps: float = Field(440.0, gt=0, description="per-host GPU<->pinned host staging")
-    outer_elements_per_s: float = Field(4.0e10, gt=0, description="fp32 Nesterov update rate, one GPU")
-
-    @model_validator(mode="after")
-    def _corridor(self):
-        if self.h_min > self.h_max:
-            raise ValueError(f"h_min ({self.h_min}) must not exceed h_max ({self.h_max})")
-        return self
-
-
-class InterferenceConfig(Strict):
-    """Processor-sharing weights of merge work against one serving iteration (weight 1).
-
-    `null` means: fit from ../shared/calibration (models.interference)."""
-
-    gpu_outer_weight: float | None = Field(None, ge=0)
-    gpu_stage_weight: float | None = Field(None, ge=0)
-    host_ckpt_weight: float | None = Field(None, ge=0)
-    host_stage_weight: float | None = Field(None, ge=0)
-
-
-class PolicyConfig(Strict):
-    name: str = "fixed"
-    params: dict[str, Any] = {}
-
-
-class MonitorConfig(Strict):
-    pressure_window_s: float = Field(30.0, gt=0)
-    sample_s: float = Field(1.0, gt=0, description="timeline sampling period")
-    check_invariants: bool = False
-
-
-class Scenario(Strict):
-    name: str = "scenario"
-    description: str = ""
-    horizon_s: float = Field(600.0, gt=0, le=7 * 86400)
-    drain_s: float = Field(120.0, ge=0, description="time after the horizon to finish in-flight requests")
-    fleet: FleetConfig = FleetConfig()
-    engine: EngineConfig = EngineConfig()
-    slo: SLOConfig = SLOConfig()
-    training: TrainingConfig = TrainingConfig()
-    merge: MergeConfig = MergeConfig()
-    interference: InterferenceConfig = InterferenceConfig()
-    workload: dict[str, Any] = {"kind": "normal"}
-    policy: PolicyConfig = PolicyConfig()
-    monitor: MonitorConfig = MonitorConfig()
-    # Where relative paths (traces) resolve from: the scenario file's folder. Not a YAML field.
-    base_dir: str = Field(".", exclude=True)
-    source: str = Field("<scenario>", exclude=True)
-
-    def digest(self) -> str:
-        """Stable hash of everything that changes results."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def format_validation_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
-    """(dotted field, message) of the first problem, plus a count of the rest."""
-    errs = err.errors()
-    first = errs[0]
-    loc = ".".join(str(p) for p in ((prefix,) if prefix else ()) + tuple(first["loc"]))
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field (not part of the schema; check its spelling)"
-    elif "input" in first and first["type"] not in ("missing",):
-        msg = f"{msg} (got {first['input']!r})"
-    if len(errs) > 1:
-        msg += f" [and {len(errs) - 1} more problem(s)]"
-    return loc, msg
-
-
-def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        loc, msg = format_validation_error(e, prefix)
-        raise InputError(file, loc, msg) from None
-
-
-def read_yaml(path: str | Path) -> Any:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(p, "", "file not found")
-    if p.is_dir():
-        raise InputError(p, "", "is a folder, expected a YAML file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(p, "", f"cannot read: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(p, where, f"YAML syntax error: {problem}") from None
-
-
-def _check_finite(obj: Any, file: object, path: str = "") -> None:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise InputError(file, path or "<root>", f"must be a finite number (got {obj})")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_finite(v, file, f"{path}.{k}" if path else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            _check_finite(v, file, f"{path}[{i}]")
-
-
-def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Scenario:
-    if not isinstance(data, dict):
-        raise InputError(file, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
-    _check_finite(data, file)
-    sc = validate(Scenario, data, file)
-    sc.base_dir = str(Path(base_dir).resolve())
-    sc.source = str(file)
-    # Deep checks that need the registries (kind-specific fields).
-    from wadiloco.models.workloads import parse_workload
-
-    parse_workload(sc.workload, file, sc.base_dir)
-    check_policy(sc, sc.policy.name, sc.policy.params, file, "policy")
-    return sc
+def policy_choice(sc: Scenario, name: str | None, params: dict | None) -> tuple[str, dict]:
+    """The policy a run uses, by name and raw params: the scenario's own unless `name` is given;
+    a policy named without params gets the scenario's params if it is the scenario's policy, else
+    its defaults."""
+    name = name or sc.policy.name
+    if params is None:
+        params = sc.policy.params if name == sc.policy.name else {}
+    return name, params
 
 
 def check_policy(sc: Scenario, name: str, params: dict | None, file: object, where: str):
-    """Validate a policy's params, and that they fit the scenario's merge corridor."""
-    from wadiloco.models.policies import parse_policy
-
+    """Validate a policy's params, and that they fit the scenario's merge corridor: (class, params)."""
     cls, p = parse_policy(name, params, file, where)
     problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max)
     if problem:
@@ -236,9 +106,41 @@ def check_policy(sc: Scenario, name: str, params: dict | None, file: object, whe
     return cls, p
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def resolve(
+    sc: Scenario | Resolved, policy: str | None = None, params: dict | None = None, *, file=None, where="policy"
+) -> Resolved:
+    """`sc` ready to run with `policy` (default: its own; see `policy_choice`). A `Resolved` comes
+    back as it is when no policy is named, else with only the policy re-checked."""
+    if isinstance(sc, Resolved):
+        return sc if policy is None and params is None else sc.with_policy(policy, params, file, where)
+    file = sc.source if file is None else file
+    workload = parse_workload(sc.workload, file, sc.base_dir)
+    cls, p = check_policy(sc, *policy_choice(sc, policy, params), file, where)
+    return Resolved(sc, workload, cls, p)
+
+
+def from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Resolved:
+    """Parsed YAML to a resolved scenario; relative trace paths resolve from `base_dir`."""
+    if not isinstance(data, dict):
+        raise InputError(file, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
+    check_finite(data, file)
+    sc = validate(Scenario, data, file)
+    sc.base_dir = str(Path(base_dir).resolve())
+    sc.source = str(file)
+    return resolve(sc, file=file)
+
+
+def load(path: str | Path) -> Resolved:
     p = Path(path)
-    return scenario_from_dict(read_yaml(p), p, p.parent)
+    return from_dict(read_yaml(p), p, p.parent)
+
+
+def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Scenario:
+    return from_dict(data, file, base_dir).scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    return load(path).scenario
 
 
 def with_overrides(sc: Scenario, overrides: dict[str, Any]) -> Scenario:

@@ -71,6 +71,31 @@ def load_trace(path: str | Path, fmt: str = "auto") -> Trace:
     return _load_azure(p, text) if fmt == "azure" else _load_mooncake(p, text)
 
 
+# load_trace_cached: (path, format, size, mtime, ctime, inode) -> Trace, the oldest dropped first
+_CACHE: dict[tuple, Trace] = {}
+_CACHE_SIZE = 8
+
+
+def load_trace_cached(path: str | Path, fmt: str = "auto") -> Trace:
+    """`load_trace`, remembered for as long as the file is unchanged (same size, times, inode).
+
+    A sweep, a capacity search or a what-if re-resolves the same scenario for every run; a Trace
+    is read-only, so they can all share the one read. Errors are never cached."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return load_trace(p, fmt)  # it reports what is wrong with the path
+    key = (str(p), fmt, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+    trace = _CACHE.get(key)
+    if trace is None:
+        trace = load_trace(p, fmt)
+        if len(_CACHE) >= _CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = trace
+    return trace
+
+
 def _read_text(p: Path) -> str:
     if not p.exists():
         raise InputError(p, "", "trace file not found")

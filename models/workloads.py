@@ -25,10 +25,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from wadiloco.models.config import Strict, validate
 from wadiloco.models.errors import InputError
 from wadiloco.models.rng import stream
-from wadiloco.models.traces import MAX_TOKENS, Trace, load_trace
+from wadiloco.models.schema import Strict, validate
+from wadiloco.models.traces import MAX_TOKENS, Trace, load_trace_cached
 
 # Sanity guards: past these a run would not fit in memory; it is a typo (load, horizon, period).
 MAX_REQUESTS_PER_SIDECAR = 20_000_000
@@ -512,7 +512,7 @@ def _load_trace_params(p: TraceParams, file: object, base_dir: str | Path) -> No
     if not path.is_file():
         what = "is a folder, not a trace file" if path.is_dir() else "trace file not found"
         raise InputError(file, "workload.path", f"{what}: {path}")
-    p._trace = load_trace(path, p.format)
+    p._trace = load_trace_cached(path, p.format)
     end = float(p._trace.t[-1])
     if p.time_offset_s > end:
         raise InputError(

@@ -1,71 +1,22 @@
-"""Policy registry: a new policy is one module here plus one `@register` line."""
+"""Merge policies: a new policy is one module here, registered with `@register` (policies.registry)
+and imported below, plus its YAML name.
+
+The built-in modules are imported here, statically, so that importing the package registers them.
+"""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from wadiloco.models.errors import InputError
+from wadiloco.models.policies import (  # noqa: F401  (imported to register)
+    fixed,
+    matched_random,
+    no_sync,
+    offline_calibrated,
+    online_forecast,
+    pressure_gated,
+    wa_diloco,
+)
 from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, Params, Policy, PolicyContext
-
-POLICIES: dict[str, type[Policy]] = {}
-
-
-def register(cls: type[Policy]) -> type[Policy]:
-    if not cls.name:
-        raise ValueError("a policy needs a name")
-    has_ref = "reference" in cls.Params.model_fields
-    if cls.takes_reference != has_ref:
-        raise ValueError(
-            f"policy {cls.name!r}: takes_reference = {cls.takes_reference} but its Params "
-            f"{'have' if has_ref else 'lack'} a `reference` field"
-        )
-    POLICIES[cls.name] = cls
-    return cls
-
-
-def parse_policy(name: str, params: dict[str, Any] | None, file: object = "<policy>", where: str = "policy"):
-    """Validate a policy name and its params; returns (class, params object)."""
-    from wadiloco.models.config import validate
-
-    if name not in POLICIES:
-        raise InputError(file, f"{where}.name", f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
-    cls = POLICIES[name]
-    if params is not None and not isinstance(params, dict):
-        raise InputError(file, f"{where}.params", "must be a mapping of parameter names to values")
-    return cls, validate(cls.Params, params or {}, file, f"{where}.params")
-
-
-def make_policy(name: str, params: dict[str, Any] | None, ctx: PolicyContext, file: object = "<policy>") -> Policy:
-    cls, p = parse_policy(name, params, file)
-    return cls(p, ctx)
-
-
-def describe_policies() -> list[dict[str, Any]]:
-    out = []
-    for name in sorted(POLICIES):
-        cls = POLICIES[name]
-        fields = {
-            k: (f.get_default(call_default_factory=True) if not f.is_required() else "<required>")
-            for k, f in cls.Params.model_fields.items()
-        }
-        out.append(
-            {
-                "name": name,
-                "oracle": cls.oracle,
-                "control": cls.control,
-                "takes_reference": cls.takes_reference,
-                "summary": cls.summary,
-                "params": fields,
-            }
-        )
-    return out
-
-
-# Built-in policies register themselves on import.
-BUILTIN = ("no_sync", "fixed", "pressure_gated", "wa_diloco", "matched_random", "offline_calibrated", "online_forecast")
-for _module in BUILTIN:
-    importlib.import_module(f"{__name__}.{_module}")
+from wadiloco.models.policies.registry import POLICIES, describe_policies, make_policy, parse_policy, register
 
 __all__ = [
     "POLICIES",

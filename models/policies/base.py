@@ -79,7 +79,8 @@ class Policy:
     """Capabilities are declared, not guessed: `oracle` (may read the future through `prepare`),
     `control` (a randomised comparator, not an evaluated policy), `takes_reference` (inherits a
     reference run's merge budget; its Params then have `reference` and `reference_params`), and
-    `respects_corridor` (checked against h_min/h_max by the invariants)."""
+    `respects_corridor` (checked against h_min/h_max by the invariants). A policy that has read
+    the future sets `future_seen`; the fleet's invariants refuse that from an online policy."""
 
     name: ClassVar[str] = ""
     oracle: ClassVar[bool] = False
@@ -88,6 +89,7 @@ class Policy:
     respects_corridor: ClassVar[bool] = True
     Params: ClassVar[type[Params]] = Params
     summary: ClassVar[str] = ""
+    future_seen: bool = False
 
     def __init__(self, params: Params, ctx: PolicyContext):
         self.p = params

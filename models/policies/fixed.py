@@ -2,8 +2,8 @@
 
 from pydantic import Field
 
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies.registry import register
 
 
 class FixedParams(Params):

@@ -33,8 +33,8 @@ from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.placement import PlacementError, feasible_range, final_window, sample_placement
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
+from wadiloco.models.policies.registry import POLICIES, parse_policy, register
 from wadiloco.models.rng import stream
 
 
@@ -48,8 +48,6 @@ class ReferenceParams(Params):
     @field_validator("reference")
     @classmethod
     def _known(cls, v: str) -> str:
-        from wadiloco.models.policies import POLICIES
-
         if v not in POLICIES:
             raise ValueError(f"unknown reference policy {v!r}; known: {', '.join(sorted(POLICIES))}")
         if POLICIES[v].takes_reference:
@@ -60,8 +58,6 @@ class ReferenceParams(Params):
 
     @model_validator(mode="after")
     def _ref_params(self):
-        from wadiloco.models.policies import parse_policy
-
         try:
             parse_policy(self.reference, self.reference_params, "<reference>", "reference_params")
         except InputError as e:
@@ -77,8 +73,6 @@ class MatchedControl(Policy):
 
     @classmethod
     def check_corridor(cls, params: ReferenceParams, h_min: int, h_max: int) -> str | None:
-        from wadiloco.models.policies import parse_policy
-
         ref_cls, ref_p = parse_policy(params.reference, params.reference_params)
         problem = ref_cls.check_corridor(ref_p, h_min, h_max)
         return f"reference {params.reference!r}: {problem}" if problem else None

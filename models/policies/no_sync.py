@@ -1,7 +1,7 @@
 """`no_sync`: never merge. Every claim is measured against it (same seed, same load)."""
 
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Policy
+from wadiloco.models.policies.registry import register
 
 
 @register

@@ -35,9 +35,9 @@ from pydantic import Field
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.placement import PlacementError, min_cost_placement
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import FutureView, Observation, PolicyContext
 from wadiloco.models.policies.matched_random import MatchedControl, ReferenceParams, plan_window, reference_budget
+from wadiloco.models.policies.registry import register
 
 
 class OfflineCalibratedParams(ReferenceParams):
@@ -86,10 +86,9 @@ class OfflineCalibrated(MatchedControl):
         self._arrivals: np.ndarray | None = None
         self._step_time = 0.0
         self._merges_seen = 0
-        self._future_seen = False
 
     def prepare(self, future: FutureView) -> None:
-        self._future_seen = True
+        self.future_seen = True
         self._arrivals = np.sort(np.asarray(future.arrival_times, dtype=float))
         self._step_time = float(future.step_time_s)
         self.plan = self._solve(self.n, start=0, k0=0, t0=0.0, duration=self.p.merge_duration_s)

@@ -33,8 +33,8 @@ import numpy as np
 from pydantic import Field
 
 from wadiloco.models.forecast import make_forecaster, window_costs
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Policy, PolicyContext
+from wadiloco.models.policies.registry import register
 from wadiloco.models.policies.wa_diloco import ScoreMixin, WaDilocoParams
 
 

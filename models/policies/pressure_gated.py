@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies.registry import register
 
 
 class PressureGatedParams(Params):

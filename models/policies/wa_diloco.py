@@ -16,7 +16,7 @@ Normalisation (every term is in [0, 1], so the weights are comparable):
   of the run (the steepest point of a decreasing-returns loss curve): the share of a corridor's
   worth of progress at the initial rate. It is below the staleness term and falls as training
   progresses, which is what "loss reduction relative to what merging used to buy" means.
-* Pressures p_net, p_srv, p_ckpt are already in [0, 1] (see `sim.fleet.Fleet.observe`).
+* Pressures p_net, p_srv, p_ckpt are already in [0, 1] (see `sim.monitor.Monitor.observe`).
 
 With the default weights the progress part sums to at most 1 and the serving weight is the
 largest pressure weight: at threshold 0 the controller merges once the progress share exceeds
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from wadiloco.models.policies import register
 from wadiloco.models.policies.base import Observation, Params, Policy
+from wadiloco.models.policies.registry import register
 
 
 class WaDilocoParams(Params):
