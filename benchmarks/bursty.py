@@ -17,7 +17,7 @@ import numpy as np
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
-from wadiloco.models.config import Scenario, load_scenario, with_overrides
+from wadiloco.models.config import Scenario, load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def event_mark(env):
 
 def time_fleet(sc: Scenario, seed: int) -> dict:
     t0 = time.perf_counter()
-    fleet = Fleet(sc, seed)
+    fleet = Fleet(resolve(sc), seed)
     setup = time.perf_counter() - t0
     mark = event_mark(fleet.env)
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def heapq_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     arrival streams is served on its own and the times are summed, so one measurement is long
     enough to time; the engine runs as the scenario configures it (fast-forward on) and also
     stepping one iteration at a time."""
-    fleet = Fleet(sc, seed)  # only for its arrivals, latency model and host time
+    fleet = Fleet(resolve(sc), seed)  # only for its arrivals, latency model and host time
     streams = fleet.arrivals
     kw = dict(
         max_num_seqs=sc.engine.max_num_seqs,

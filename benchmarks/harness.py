@@ -1,5 +1,5 @@
 """Run one sidecar engine (sim/engine.py) on its own: a bare SimPy environment, a GPU link and a host
-link that nothing else uses (each on its own fabric, as in sim/fleet.py), no trainer, no monitor.
+link that nothing else uses (each on its own fabric, as in sim/resources.py), no trainer, no monitor.
 This is "the project's engine" that `heapq_ratio` compares with benchmarks/reference.py, and what
 the tests use to compare the two on arbitrary inputs."""
 

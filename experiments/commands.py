@@ -57,16 +57,16 @@ def parse_params(items: list[str]) -> dict:
 def cmd_run(args) -> int:
     from wadiloco.experiments.output import dumps, prepare_dir, requests_csv, write_atomic
     from wadiloco.experiments.runner import run_one
-    from wadiloco.models.config import check_policy, load_scenario
+    from wadiloco.models.config import load
 
-    sc = load_scenario(args.scenario)
-    policy = args.policy or sc.policy.name
-    params = parse_params(args.param) if args.param else (sc.policy.params if policy == sc.policy.name else {})
-    check_policy(sc, policy, params, "<command line>", "--policy")
+    r = load(args.scenario)
+    if args.policy or args.param:
+        r = r.with_policy(args.policy, parse_params(args.param) if args.param else None, "<command line>", "--policy")
     out = prepare_dir(args.out) if args.out else None
     check = True if args.check else None
-    res = run_one(sc, args.seed, policy, params, args.draw, check=check)
-    s = res.summary
+    res = run_one(r, args.seed, draw=args.draw, check=check)
+    # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
+    s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
     if out is not None:
         import pandas as pd
 

@@ -42,11 +42,10 @@ def _common(p) -> None:
 def _setup(args):
     from wadiloco.experiments.capacity import SearchSpec
     from wadiloco.experiments.commands import parse_params
-    from wadiloco.models.config import check_policy, load_scenario
+    from wadiloco.models.config import check_policy, load_scenario, policy_choice
 
     sc = load_scenario(args.scenario)
-    policy = args.policy or sc.policy.name
-    params = parse_params(args.param) if args.param else (sc.policy.params if policy == sc.policy.name else {})
+    policy, params = policy_choice(sc, args.policy, parse_params(args.param) if args.param else None)
     check_policy(sc, policy, params, "<command line>", "--policy")
     if args.horizon is not None and not args.horizon > 0:
         raise InputError("<command line>", "--horizon", "must be > 0")

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from wadiloco.models.config import Scenario
-from wadiloco.models.policies import parse_policy
+from wadiloco.models.config import Resolved, resolve
+from wadiloco.models.scenario import Scenario
 from wadiloco.sim.fleet import RunResult, simulate
 
 
-def reference_of(policy: str, params: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
-    cls, p = parse_policy(policy, params)
-    if not cls.takes_reference:
-        return None
-    return p.reference, dict(p.reference_params or {})
-
-
 def run_one(
-    sc: Scenario,
+    sc: Scenario | Resolved,
     seed: int,
     policy: str | None = None,
     params: dict[str, Any] | None = None,
@@ -31,20 +24,18 @@ def run_one(
     reference: dict[str, int] | None = None,
     **fleet_kw,
 ) -> RunResult:
-    """`reference` ({"merges": n, "steps": s}) skips re-running the reference: a sweep runs it once
-    per seed and hands its figures to every draw."""
-    policy = policy or sc.policy.name
-    if params is None and policy == sc.policy.name:
-        params = sc.policy.params
-    ref = reference_of(policy, params)
-    if ref is not None and reference is None:
-        ref_res = run_one(sc, seed, ref[0], ref[1], 0, check, **fleet_kw)
+    """`policy` and `params` default to the scenario's (models.config.policy_choice); a
+    `Resolved` scenario runs its own policy unless another is named. `reference` ({"merges": n,
+    "steps": s}) skips re-running the reference: a sweep runs it once per seed and hands its
+    figures to every draw."""
+    r = resolve(sc, policy, params)
+    if r.policy.takes_reference and reference is None:
+        ref = resolve(r, r.params.reference, dict(r.params.reference_params or {}))
+        ref_res = simulate(ref, seed, check=check, **fleet_kw)
         reference = {"merges": ref_res.summary["merges"], "steps": ref_res.summary["inner_steps"]}
     res = simulate(
-        sc,
+        r,
         seed,
-        policy,
-        params or {},
         draw=draw,
         check=check,
         reference_merges=reference["merges"] if reference else None,

@@ -93,7 +93,7 @@ class Fabric:
         if weight <= 0:
             raise ValueError("weight must be > 0")
         job = Job(links, work, weight, max_rate, self.env.event(), tag, self.env.now)
-        self._advance()
+        self.advance()
         if work <= 0:
             job.done.succeed(job)
             return job
@@ -149,7 +149,7 @@ class Fabric:
         """End a job early (a hold, or a cancelled transfer)."""
         if job not in self.jobs:
             return
-        self._advance()
+        self.advance()
         self._remove(job)
         self._reallocate()
         self._notify(job.links)
@@ -166,7 +166,9 @@ class Fabric:
         for lk in job.links:
             lk.jobs.remove(job)
 
-    def _advance(self) -> None:
+    def advance(self) -> None:
+        """Bring every job's remaining work and every link's `used` up to now (rates are constant
+        between re-allocations, so this changes no result; an observer calls it before reading)."""
         now = self.env.now
         dt = now - self._t
         if dt > 0:
@@ -236,7 +238,7 @@ class Fabric:
     def _on_timer(self, gen: int) -> None:
         if gen != self._gen:
             return
-        self._advance()
+        self.advance()
         now = self.env.now
         finished = [j for j in self.jobs if j.finish <= now + EPS * max(1.0, now)]
         for j in finished:

@@ -2,7 +2,7 @@
 
 One host, one sidecar with a fixed workload (decode B=64 at context 1024, or back-to-back
 2048-token prefills), stepping one iteration at a time. A merge phase (the fleet's own
-`run_phase` code, repeated back to back like the measurement's loop) runs for `phase_s`
+`MergeExecutor.run_phase`, repeated back to back like the measurement's loop) runs for `phase_s`
 seconds; the slowdown of iteration i is its duration over the duration of the same iteration
 in an identical run without the phase. Nothing here sets a ratio: it comes out of the fabric.
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from wadiloco.models.config import scenario_from_dict
+from wadiloco.models.config import Resolved, from_dict
 from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.fleet import Fleet
 
 MODES = {
     # name: (cuda_graphs, kind)
@@ -36,9 +37,9 @@ def _arrivals(kind: str) -> Arrivals:
     return Arrivals(np.zeros(n), np.full(n, 2048, dtype=np.int64), np.ones(n, dtype=np.int64))
 
 
-def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1.0e9):
+def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1.0e9) -> Resolved:
     graphs, kind = MODES[mode]
-    return scenario_from_dict(
+    return from_dict(
         {
             "name": f"probe-{mode}",
             "horizon_s": 10.0,
@@ -65,17 +66,14 @@ def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1
 
 
 def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: float):
-    from wadiloco.sim.fleet import Fleet
-
-    sc = probe_scenario(mode, unlimited)
-    f = Fleet(sc, seed=0, arrivals=[_arrivals(MODES[mode][1])])
+    f = Fleet(probe_scenario(mode, unlimited), seed=0, arrivals=[_arrivals(MODES[mode][1])])
     side = f.sidecars[0]
     side.iter_log = []
 
     def loop(phase):
         yield f.env.timeout(t0)
         while f.env.now < t0 + phase_s:
-            yield from f.run_phase(phase)
+            yield from f.merge.run_phase(phase)
 
     for ph in phases:
         f.env.process(loop(ph))

@@ -1,10 +1,10 @@
-"""DiLoCo islands, the coordinator that asks the policy, and the merge that holds real resources.
+"""DiLoCo islands and the coordinator that asks the policy when to merge.
 
 Islands step independently (each step `step_time_s` with Gaussian jitter from the island's own
 RNG stream). The first island to finish step k asks the policy about k; nobody has passed k
 then, so a "merge at k" reaches every island in time. A merge is a barrier: islands stop at k
-until the last one arrives, then four fleet-wide phases run one after another, each made of
-fabric jobs whose durations emerge from sizes and bandwidths:
+until the last one arrives, then the phases below run one after another, each made of fabric
+jobs whose durations emerge from sizes and bandwidths (sim.merge):
 
 1. stage: each host copies its pseudo-gradient shard GPU -> pinned host over PCIe, pressing on
    the host CPU path (and on the serving GPU when the outer optimizer lives there);
@@ -18,11 +18,13 @@ fabric jobs whose durations emerge from sizes and bandwidths:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
 
 from wadiloco.models.rng import stream
+from wadiloco.models.scenario import TrainingConfig
 
 INF = float("inf")
 
@@ -44,16 +46,35 @@ class MergeRecord:
 
 
 class Trainer:
-    def __init__(self, fleet, policy, horizon_s: float):
-        self.f = fleet
-        sc = fleet.sc
-        self.env: simpy.Environment = fleet.env
-        self.policy = policy
+    """The islands and the coordinator. It is handed what it calls, not the fleet: `decide(step)`
+    asks the policy whether to merge at `step`; `run_phase(phase)` runs one merge phase (a SimPy
+    generator); `bound_changed()` says the next decision instant may have moved (the lookahead
+    bound); `merged(steps)` banks a merge that closed `steps` inner steps (the progress model).
+    Observers read it through `view`."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        training: TrainingConfig,
+        n_islands: int,
+        horizon_s: float,
+        seed: int,
+        *,
+        decide: Callable[[int], bool],
+        run_phase: Callable[[str], Generator],
+        bound_changed: Callable[[], None],
+        merged: Callable[[int], None],
+    ):
+        self.env = env
+        self.decide = decide
+        self.run_phase = run_phase
+        self.bound_changed = bound_changed
+        self.merged = merged
         self.horizon = horizon_s
-        self.n_islands = sc.fleet.islands
-        self.step_time = sc.training.step_time_s
-        self.jitter = sc.training.step_jitter
-        self.island_step = [0] * self.n_islands
+        self.n_islands = n_islands
+        self.step_time = training.step_time_s
+        self.jitter = training.step_jitter
+        self.island_step = [0] * n_islands
         self.decided = 0
         self.merge_at = -1
         self.last_merge_step = 0
@@ -65,11 +86,18 @@ class Trainer:
         # Step times are drawn ahead, so the next decision's instant is known before it comes
         # (next_decision_at): island i's queued step times, and when its step in flight ends
         # (-inf while it waits at a merge barrier or has stopped).
-        self._rng = [stream(fleet.seed, "steps", i) for i in range(self.n_islands)]
-        self._ahead: list[deque[float]] = [deque() for _ in range(self.n_islands)]
-        self._ends = [-INF] * self.n_islands
+        self._rng = [stream(seed, "steps", i) for i in range(n_islands)]
+        self._ahead: list[deque[float]] = [deque() for _ in range(n_islands)]
+        self._ends = [-INF] * n_islands
+        self.view = TrainingView(self)
+
+    def start(self) -> None:
+        """Start the islands' processes (after the monitor's: the order of same-instant events)."""
         for i in range(self.n_islands):
             self.env.process(self._island(i))
+
+    def completed_merges(self) -> list[MergeRecord]:
+        return [m for m in self.merges if m.end > 0]
 
     def _durations(self, i: int, m: int) -> deque:
         """Island i's queue of step times, holding at least m. Drawn in blocks: one numpy call
@@ -113,23 +141,23 @@ class Trainer:
         while True:
             d = self._durations(i, 1).popleft()
             self._ends[i] = env.now + d
-            self.f.bound_changed()
+            self.bound_changed()
             yield env.timeout(d)
             self._ends[i] = -INF
             k += 1
             if env.now >= self.horizon and self.merge_at < k:
                 self._ends[i] = INF  # stopped: it asks nothing more
-                self.f.bound_changed()
+                self.bound_changed()
                 return  # past the horizon with no merge pending at or ahead of this step
             self.island_step[i] = k
             if k > self.decided:
                 self.decided = k
-                merge = bool(self.policy.decide(self.f.observe(k, self)))
+                merge = bool(self.decide(k))
                 self.decisions += 1
                 self.decision_log.append((k, env.now, merge))
                 if merge:
                     self.merge_at = k
-                    self.f.bound_changed()
+                    self.bound_changed()
                     self._arrived = 0
                     self._round_done = env.event()
                     self.merges.append(MergeRecord(len(self.merges), k, env.now))
@@ -147,10 +175,31 @@ class Trainer:
         rec.start = env.now
         for phase in PHASES:
             t0 = env.now
-            yield from self.f.run_phase(phase)
+            yield from self.run_phase(phase)
             rec.phases[phase] = (t0, env.now)
         rec.end = env.now
-        self.f.progress.record_merge(rec.step - self.last_merge_step)
+        self.merged(rec.step - self.last_merge_step)
         self.last_merge_step = rec.step
         self.merge_at = -1
-        self.f.bound_changed()
+        self.bound_changed()
+
+
+class TrainingView:
+    """What an observer (the monitor) may read of the training run; only the trainer changes it."""
+
+    __slots__ = ("_trainer",)
+
+    def __init__(self, trainer: Trainer):
+        self._trainer = trainer
+
+    @property
+    def island_step(self) -> Sequence[int]:
+        """The last inner step each island completed."""
+        return self._trainer.island_step
+
+    @property
+    def last_merge_step(self) -> int:
+        return self._trainer.last_merge_step
+
+    def completed_merges(self) -> list[MergeRecord]:
+        return self._trainer.completed_merges()

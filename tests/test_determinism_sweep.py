@@ -70,14 +70,14 @@ def test_invariant_switch_is_on_in_the_suite(monkeypatch):
     explicit check=False still wins, and the variable set to 0 leaves the scenario's choice."""
     from sweep_helpers import ROOT
 
-    from wadiloco.models.config import load_scenario, with_overrides
+    from wadiloco.models.config import load_scenario, resolve, with_overrides
     from wadiloco.sim.fleet import Fleet
 
     assert os.environ.get("WADILOCO_CHECK_INVARIANTS") == "1"
     sc = with_overrides(
         load_scenario(ROOT / "scenarios" / "normal.yaml"), {"horizon_s": 5, "monitor.check_invariants": False}
     )
-    assert Fleet(sc, 0).check is True
-    assert Fleet(sc, 0, check=False).check is False
+    assert Fleet(resolve(sc), 0).check is True
+    assert Fleet(resolve(sc), 0, check=False).check is False
     monkeypatch.setenv("WADILOCO_CHECK_INVARIANTS", "0")
-    assert Fleet(sc, 0).check is False
+    assert Fleet(resolve(sc), 0).check is False

@@ -3,7 +3,7 @@
 * The latency fit: numpy's pseudo-inverse WLS (what simulations use, no statsmodels import) gives
   statsmodels' WLS coefficients, and `wadiloco calibrate` still reports the statsmodels fit.
 * models/batching.py: the inlined GPU-bound forms equal the general closed forms.
-* sim/fleet.py observe(): the cached pressures, learner signals and merge duration, and the
+* sim/monitor.py Monitor.observe(): the cached pressures, learner signals and merge duration, and the
   inlined queue/running counts, equal a from-scratch computation at every decision of runs with
   merges, and the monitor's arrival/queue samples equal a from-scratch count.
 
@@ -140,9 +140,11 @@ def test_batching_fast_forms_are_exact():
 # ---- observe() and the monitor ---------------------------------------------------------------
 
 
-def _reference_observation(fleet, step, tr) -> Observation:
-    """observe() computed from scratch, without caches or inlining."""
+def _reference_observation(fleet, step) -> Observation:
+    """observe() computed from scratch, without caches or inlining: queue and batch sizes from the
+    per-request times (arrived - admitted, admitted - finished), arrival counts from the timeline."""
     now = fleet.env.now
+    tr, mon = fleet.trainer, fleet.monitor
     last = tr.last_merge_step
     signals = []
     for k in tr.island_step:
@@ -154,19 +156,21 @@ def _reference_observation(fleet, step, tr) -> Observation:
                 stale,
             )
         )
-    counts = fleet._counts[: fleet._n_bins].copy()
-    n = max(1, int(round(fleet.sc.monitor.pressure_window_s / fleet.bin_s)))
+    counts = np.asarray(mon.tl["arrivals"], dtype=float)
+    n = max(1, int(round(fleet.sc.monitor.pressure_window_s / mon.bin_s)))
     recent = counts[-n:]
-    rate = float(recent.sum() / (len(recent) * fleet.bin_s)) if len(recent) else 0.0
-    queue = sum(len(s.waiting) + int(np.searchsorted(s.t_arr, now, side="right")) - s.next_i for s in fleet.sidecars)
-    running = sum(s.n_dec + len(s.prefilling) for s in fleet.sidecars)
+    rate = float(recent.sum() / (len(recent) * mon.bin_s)) if len(recent) else 0.0
+    admitted = [int(np.count_nonzero(~np.isnan(s.admitted))) for s in fleet.sidecars]
+    finished = [int(np.count_nonzero(~np.isnan(s.finish))) for s in fleet.sidecars]
+    queue = sum(int(np.searchsorted(s.t_arr, now, side="right")) - a for s, a in zip(fleet.sidecars, admitted))
+    running = sum(a - f for a, f in zip(admitted, finished))
     cap_total = (fleet.capacity_rps or 0.0) * len(fleet.sidecars)
     slots = max(1, fleet.sc.engine.max_num_seqs * len(fleet.sidecars))
-    occ = [(q + r) / slots for q, r in zip(fleet.tl["queue"][-n:], fleet.tl["running"][-n:])]
+    occ = [(q + r) / slots for q, r in zip(mon.tl["queue"][-n:], mon.tl["running"][-n:])]
     p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
 
     def window_mean(key):
-        xs = fleet.tl[key][-n:]
+        xs = mon.tl[key][-n:]
         return float(sum(xs) / len(xs)) if xs else 0.0
 
     done = [m for m in tr.merges if m.end > 0]
@@ -184,7 +188,7 @@ def _reference_observation(fleet, step, tr) -> Observation:
         p_ckpt=min(1.0, window_mean("p_ckpt")),
         queue_len=queue,
         running=running,
-        bin_s=fleet.bin_s,
+        bin_s=mon.bin_s,
         arrival_counts=counts,
         merge_duration_s=float(np.mean([m.duration for m in done])) if done else 0.0,
     )
@@ -199,17 +203,18 @@ def _reference_observation(fleet, step, tr) -> Observation:
     ],
 )
 def test_observe_equals_a_fresh_computation(name, policy, params):
+    from wadiloco.models.config import resolve
     from wadiloco.sim.fleet import Fleet
 
     sc = with_overrides(
         load_scenario(ROOT / "scenarios" / f"{name}.yaml"), {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32}
     )
-    fleet = Fleet(sc, 3, policy, params)
-    real = fleet.observe
+    fleet = Fleet(resolve(sc, policy, params), 3)
+    real = fleet.monitor.observe
     seen = []
 
-    def checked(step, tr):
-        got, want = real(step, tr), _reference_observation(fleet, step, tr)
+    def checked(step):
+        got, want = real(step), _reference_observation(fleet, step)
         for f in dataclasses.fields(Observation):
             a, b = getattr(got, f.name), getattr(want, f.name)
             if isinstance(b, np.ndarray):
@@ -219,12 +224,12 @@ def test_observe_equals_a_fresh_computation(name, policy, params):
         seen.append(got)
         return got
 
-    fleet.observe = checked
+    fleet.monitor.observe = checked
     res = fleet.run()
     assert len(seen) > 300 and res.summary["merges"] >= 1
     assert any(o.p_srv > 0 for o in seen) and any(o.queue_len > 0 or o.running > 0 for o in seen)
     # the monitor's samples, from scratch
-    t = np.asarray(fleet.tl["t"])
+    t = np.asarray(fleet.monitor.tl["t"])
     arr = np.concatenate([a.t for a in fleet.arrivals])
     arrived = np.searchsorted(np.sort(arr), t, side="right")
-    assert np.array_equal(np.cumsum(fleet.tl["arrivals"]), arrived)
+    assert np.array_equal(np.cumsum(fleet.monitor.tl["arrivals"]), arrived)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from policy_cases import corridor_params, registered
 
-from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.policies import POLICIES, make_policy
 from wadiloco.models.policies.base import FutureView, PolicyContext
 from wadiloco.models.workloads import Arrivals
@@ -70,7 +70,7 @@ def _before(decisions, t):
 def setting():
     sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), SC)
     sc = with_overrides(sc, {"workload.phase_s": 30.0})  # a burst at 30-60 s, then quiet
-    base = Fleet(sc, 0, "no_sync").arrivals
+    base = Fleet(resolve(sc, "no_sync"), 0).arrivals
     rng = np.random.default_rng(0)
     return sc, {"same": base, "drop": _perturb(base, "drop", rng), "add": _perturb(base, "add", rng)}
 
@@ -131,5 +131,5 @@ def test_fleet_hands_the_future_only_to_oracles(setting, monkeypatch):
         monkeypatch.setattr(cls, "prepare", lambda self, fv, n=name: seen.append(n), raising=True)
     kw = {"reference_merges": REF["merges"], "reference_steps": REF["steps"]}
     for name in POLICIES:
-        Fleet(sc, 0, name, {}, **kw)
+        Fleet(resolve(sc, name, _fitted(name)), 0, **kw)
     assert sorted(seen) == ORACLES != []

@@ -15,7 +15,7 @@ from policy_cases import corridor_params, registered
 from wadiloco.experiments.cli import main as cli_main
 from wadiloco.experiments.runner import run_one
 from wadiloco.models import invariants as inv
-from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES, describe_policies, make_policy, parse_policy
 from wadiloco.models.policies.base import LearnerSignals, Observation, PolicyContext
@@ -82,16 +82,16 @@ def policy(name: str, **params):
 
 
 def record(sc, pol, params, seed=0):
-    f = Fleet(sc, seed, pol, params)
+    f = Fleet(resolve(sc, pol, params), seed)
     seen: list[Observation] = []
-    orig = f.observe
+    orig = f.monitor.observe
 
-    def spy(k, tr):
-        o = orig(k, tr)
+    def spy(k):
+        o = orig(k)
         seen.append(o)
         return o
 
-    f.observe = spy
+    f.monitor.observe = spy
     return f.run(), seen
 
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
-from wadiloco.models.config import Scenario, load_scenario, read_yaml, scenario_from_dict, with_overrides
+from wadiloco.models.config import Scenario, load_scenario, read_yaml, resolve, scenario_from_dict, with_overrides
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
@@ -124,7 +124,7 @@ def run_mm1(t: np.ndarray, prompt: np.ndarray, fast_forward: bool = True):
     )
     assert prompt.max() < sc.engine.max_num_batched_tokens  # no chunking
     arr = Arrivals(t, prompt, np.ones(len(t), dtype=np.int64))
-    fleet = Fleet(sc, 0, arrivals=[arr], latency=latency(b=B))
+    fleet = Fleet(resolve(sc), 0, arrivals=[arr], latency=latency(b=B))
     assert fleet.host_s == 0.0
     return fleet.run()
 
@@ -289,8 +289,8 @@ def test_lookahead_is_bit_identical(name, extra, policy):
     sc = with_overrides(
         _scenario_for(name, extra), {"policy.name": policy, "policy.params": {}, "merge.h_max": 64}
     )  # merges every <= 32 s
-    on, n_on = _events(Fleet(sc, 2, lookahead=True))
-    off, n_off = _events(Fleet(sc, 2, lookahead=False))
+    on, n_on = _events(Fleet(resolve(sc), 2, lookahead=True))
+    off, n_off = _events(Fleet(resolve(sc), 2, lookahead=False))
     assert off.summary["merges"] >= 2 and off.summary["contended_iterations"] > 0, "no merge met serving"
     assert n_on < 0.8 * n_off, f"engines never ran ahead ({n_on} vs {n_off} events): test is vacuous"
     for k in off.requests:
@@ -315,10 +315,10 @@ def test_running_past_a_decision_is_caught(monkeypatch):
     from wadiloco.sim.training import Trainer
 
     sc = _scenario_for("bursty", {})
-    Fleet(sc, 2, check=True).run()  # the real bound passes
+    Fleet(resolve(sc), 2, check=True).run()  # the real bound passes
     monkeypatch.setattr(Trainer, "next_decision_at", lambda self: math.inf)
     with pytest.raises(InvariantError, match="ran past an observation"):
-        Fleet(sc, 2, check=True).run()
+        Fleet(resolve(sc), 2, check=True).run()
 
 
 # =============================================================================================
@@ -349,7 +349,7 @@ def test_engine_matches_reference(engine, fast_forward):
             **{f"engine.{k}": v for k, v in REF_ENGINES[engine].items()},
         },
     )
-    fleet = Fleet(sc, seed=5)
+    fleet = Fleet(resolve(sc), seed=5)
     res = fleet.run()
     assert res.summary["merges"] == 0 and res.summary["contended_iterations"] == 0
     arr = fleet.arrivals[0]

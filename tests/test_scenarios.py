@@ -3,6 +3,7 @@ turns that into exit 2 with no traceback and no output files."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,59 @@ def test_cli_unknown_policy_and_bad_param(tmp_path):
     assert r.returncode == 2 and "H" in r.stderr and "Traceback" not in r.stderr
     r = _cli("run", str(sc), "--seed", "x")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def _count_calls(monkeypatch, module, name: str) -> list:
+    """Record every call of `module.name`, also where a wadiloco module imported it by name."""
+    orig, calls = getattr(module, name), []
+
+    def counted(*args, **kw):
+        calls.append(args)
+        return orig(*args, **kw)
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("wadiloco") and getattr(mod, name, None) is orig:
+            monkeypatch.setattr(mod, name, counted)
+    return calls
+
+
+def test_a_run_resolves_its_scenario_once(tmp_path, monkeypatch):
+    """`wadiloco run` of a trace replay reads the trace once and validates the workload and the
+    policy once; summary.json says what ran. Re-validating the scenario (as sweeps and capacity
+    searches do) re-reads the trace only once the file has changed."""
+    from wadiloco.experiments.cli import main
+    from wadiloco.models import traces, workloads
+    from wadiloco.models.policies import registry
+    from wadiloco.models.policies.pressure_gated import PressureGatedParams
+
+    rows = [f"2023-11-16 18:15:{s:02d}.0000000,{300 + 7 * s},{20 + s}" for s in range(40)]
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    doc = {
+        **BASE,
+        "horizon_s": 30,
+        "drain_s": 5,
+        "merge": {"h_min": 16, "h_max": 64},
+        "workload": {"kind": "trace", "path": "t.csv", "load": 0.3, "loop": True},
+        "policy": {"name": "pressure_gated", "params": {"H": 32}},
+    }
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    reads = _count_calls(monkeypatch, traces, "_read_text")
+    policy_parses = _count_calls(monkeypatch, registry, "parse_policy")
+    workload_parses = _count_calls(monkeypatch, workloads, "parse_workload")
+    out = tmp_path / "out"
+    assert main(["run", str(p), "--out", str(out)]) == 0
+    assert (len(reads), len(policy_parses), len(workload_parses)) == (1, 1, 1)
+
+    summary = json.loads((out / "summary.json").read_text())
+    sc = load_scenario(p)
+    assert summary["scenario_digest"] == sc.digest()
+    assert summary["policy_params"] == {**PressureGatedParams().model_dump(mode="json"), "H": 32}
+    assert summary["merges"] >= 1
+
+    with_overrides(sc, {"workload.load": 0.4})
+    assert len(reads) == 1  # the same file: the loaded trace is reused
+    trace.write_text(trace.read_text() + "2023-11-16 18:16:00.0000000,50,5\n")
+    with_overrides(sc, {"workload.load": 0.4})
+    assert len(reads) == 2  # the file changed: read again

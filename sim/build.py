@@ -1,0 +1,100 @@
+"""Building a fleet's parts from a resolved scenario (models.config.Resolved): the workload, the
+serving sidecars and the policy. sim.fleet.Fleet wires them to the resources, the monitor, the
+merge executor, the trainer and the lookahead bound.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from wadiloco.models.capacity import sidecar_capacity_rps
+from wadiloco.models.config import Resolved
+from wadiloco.models.interference import InterferenceWeights
+from wadiloco.models.latency import LatencyModel
+from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
+from wadiloco.models.rng import stream
+from wadiloco.models.scenario import Scenario
+from wadiloco.models.workloads import Arrivals, generate_arrivals
+from wadiloco.sim.engine import Lookahead, Sidecar
+from wadiloco.sim.resources import HostRes
+
+
+def checks_on(sc: Scenario, check: bool | None) -> bool:
+    """Whether this run checks invariants: `check` if given, else the scenario's switch or
+    $WADILOCO_CHECK_INVARIANTS=1 (the test suite sets it for every run)."""
+    if check is not None:
+        return check
+    env_check = os.environ.get("WADILOCO_CHECK_INVARIANTS", "").strip().lower() in ("1", "true", "yes", "on")
+    return sc.monitor.check_invariants or env_check
+
+
+def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
+    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs."""
+    return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
+
+
+def make_arrivals(
+    r: Resolved, seed: int, lat: LatencyModel, host_s: float, injected: list[Arrivals] | None = None
+) -> tuple[list[Arrivals], float | None]:
+    """(every sidecar's arrivals, one sidecar's capacity in requests/s or None if the workload
+    never asked). Common random numbers: they depend on the seed and the scenario only.
+    Injected arrivals (metamorphic tests) still come with the scenario's own capacity figure,
+    which a deployed controller would know from configuration, not from the arrivals."""
+    sc = r.scenario
+    seen_caps: list[float] = []
+
+    def capacity(mean_prompt: float, mean_output: float) -> float:
+        e = sc.engine
+        cap = sidecar_capacity_rps(lat, e.max_num_seqs, host_s, mean_prompt, mean_output, e.max_num_batched_tokens)
+        seen_caps.append(cap)
+        return cap
+
+    generated = generate_arrivals(
+        r.workload,
+        n_sidecars=sc.fleet.n_sidecars,
+        horizon_s=sc.horizon_s,
+        capacity_rps=capacity,
+        seed=seed,
+        base_dir=sc.base_dir,
+        file=sc.source,
+    )
+    return (injected if injected is not None else generated), (seen_caps[-1] if seen_caps else None)
+
+
+def make_sidecars(
+    env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, hosts: list[HostRes], la: Lookahead
+) -> list[Sidecar]:
+    """One engine per sidecar, on its host's GPU and CPU path; `la` bounds how far it runs ahead."""
+    per_host = sc.fleet.sidecars_per_host
+    return [
+        Sidecar(
+            env,
+            s,
+            arrivals[s],
+            lat,
+            max_num_seqs=sc.engine.max_num_seqs,
+            max_num_batched_tokens=sc.engine.max_num_batched_tokens,
+            host_s=host_s,
+            gpu=hosts[s // per_host].gpus[s % per_host],
+            host=hosts[s // per_host].cpus[s % per_host],
+            fast_forward=sc.engine.fast_forward,
+            lookahead=la,
+        )
+        for s in range(sc.fleet.n_sidecars)
+    ]
+
+
+def make_policy(
+    r: Resolved, seed: int, draw: int, ref_merges: int | None, ref_steps: int | None, arrivals: list[Arrivals]
+) -> Policy:
+    """The run's policy on its own RNG stream; only an oracle is shown the whole arrival schedule."""
+    sc = r.scenario
+    rng = stream(seed, "policy", r.policy_name, draw)
+    ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, seed, draw, ref_merges, ref_steps, rng)
+    policy = r.policy(r.params, ctx)
+    if r.policy.oracle:
+        times = np.sort(np.concatenate([a.t for a in arrivals])) if arrivals else np.empty(0)
+        policy.prepare(FutureView(times, sc.horizon_s, sc.training.step_time_s, sc.fleet.n_sidecars))
+    return policy

@@ -1,0 +1,119 @@
+"""A merge's phases (listed in sim.training) as fabric jobs on the fleet's resources: sizes and
+bandwidths decide how long each takes, the interference weights (models.interference, or the
+scenario's own) how hard its holds press on serving, and the topology how flows are routed.
+"""
+
+from __future__ import annotations
+
+from wadiloco.models.interference import InterferenceWeights, default_weights
+from wadiloco.models.scenario import Scenario
+from wadiloco.sim.fabric import INF, Fabric, Job, Link
+from wadiloco.sim.resources import Resources
+from wadiloco.sim.topology import ring_allreduce_flows, route
+from wadiloco.sim.training import PHASES
+
+
+def resolve_weights(sc: Scenario) -> InterferenceWeights:
+    """The calibrated weights, with any the scenario sets in `interference:` in their place."""
+    w = default_weights()
+    o = sc.interference
+    return InterferenceWeights(
+        gpu_outer=w.gpu_outer if o.gpu_outer_weight is None else o.gpu_outer_weight,
+        gpu_stage=w.gpu_stage if o.gpu_stage_weight is None else o.gpu_stage_weight,
+        host_ckpt=w.host_ckpt if o.host_ckpt_weight is None else o.host_ckpt_weight,
+        host_stage=w.host_stage if o.host_stage_weight is None else o.host_stage_weight,
+        eager_host_s=w.eager_host_s,
+        graph_gpu_s=w.graph_gpu_s,
+    )
+
+
+def _hold(link: Link, weight: float, name: str) -> Job:
+    """Merge work that presses on `link` for as long as its phase's transfer lasts."""
+    return link.fabric.start([link], INF, weight, 1.0, ("hold", name))
+
+
+class MergeExecutor:
+    """Runs merge phases on the fleet's resources. `active` is true from the start of a phase to
+    the end of the last one; `bound_changed` tells the lookahead bound when that flips."""
+
+    def __init__(self, env, sc: Scenario, w: InterferenceWeights, res: Resources, bound_changed):
+        self.env = env
+        self.sc = sc
+        self.w = w
+        self.res = res
+        self.bound_changed = bound_changed
+        self.active = False
+        self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
+
+    def next_work_at(self) -> float:
+        """A lookahead source: -inf while a phase runs (merge work is on the engines' links now),
+        else +inf (a merge only starts after a decision, which the trainer bounds)."""
+        return -INF if self.active else INF
+
+    def run_phase(self, phase: str):
+        """A SimPy generator: start the phase's jobs and wait until they are all done."""
+        start = self._jobs.get(phase)
+        if start is None:
+            raise ValueError(phase)
+        self.active = True
+        self.bound_changed()  # no bound while merge work is on the links
+        pending = [j.done for j in start() if not j.done.triggered]
+        if pending:
+            yield self.env.all_of(pending)
+        self.active = phase != PHASES[-1]
+        self.bound_changed()
+
+    def _per_host(self) -> float:
+        """Parameters each host of an island holds a shard of."""
+        return self.sc.training.params / self.sc.fleet.hosts_per_island
+
+    def _stage(self) -> list[Job]:
+        sc, w = self.sc, self.w
+        gbits = self._per_host() * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
+        jobs = []
+        for hr in self.res.hosts:
+            holds = [_hold(c, w.host_stage, "stage") for c in hr.cpus] if w.host_stage > 0 else []
+            if sc.fleet.colocation == "same_gpu" and w.gpu_stage > 0:
+                holds += [_hold(g, w.gpu_stage, "stage") for g in hr.gpus]
+            j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
+            j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
+            jobs.append(j)
+        return jobs
+
+    def _allreduce(self) -> list[Job]:
+        gb = self._per_host() * self.sc.merge.pseudo_grad_bytes_per_param
+        net = self.res.net.fabric
+        return [
+            net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
+            for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, gb)
+        ]
+
+    def _outer(self) -> list[Job]:
+        work = self._per_host() / self.sc.merge.outer_elements_per_s
+        jobs = []
+        for hr in self.res.hosts:
+            gpu = hr.gpus[0] if self.sc.fleet.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
+            jobs.append(gpu.fabric.start([gpu], work, self.w.gpu_outer, 1.0, ("merge", "outer")))
+        return jobs
+
+    def _ckpt(self) -> list[Job]:
+        w, net = self.w, self.res.net
+        gbits = self._per_host() * self.sc.merge.checkpoint_bytes_per_param * 8 / 1e9
+        jobs = []
+        for k, hr in enumerate(self.res.hosts):
+            holds = [_hold(c, w.host_ckpt, "ckpt") for c in hr.cpus] if w.host_ckpt > 0 else []
+            path = [net.serialize[k]] + self._path(hr.name, "store")
+            j = net.fabric.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
+            j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
+            jobs.append(j)
+        return jobs
+
+    def _path(self, src: str, dst: str) -> list[Link]:
+        """The links a flow from `src` to `dst` crosses: the fewest-hop route's edges, then the
+        backplane of every switch on it."""
+        net = self.res.net
+        edges = route(net.graph, src, dst)
+        links = [net.edge_links[e] for e in edges]
+        nodes = [edges[0][0]] + [v for _, v in edges] if edges else []
+        links += [net.backplanes[n] for n in nodes if n in net.backplanes]
+        return links

@@ -1,0 +1,208 @@
+"""The fleet's observer: a timeline sampled every `monitor.sample_s`, and the policy's Observation.
+
+Every sample adds one row: the fleet-wide arrivals in the bin, the queue and batch sizes now,
+whether a merge runs, and the busiest network and storage links' utilisation over the bin. An
+Observation is built from those rows (pressures over `monitor.pressure_window_s`), the sidecars'
+present state and the training run's progress: past and present only, never the workload ahead.
+It reads the sidecars through their public queries (`t_arr`, `queue_len`, `running`, `clock`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from wadiloco.models import invariants as inv
+from wadiloco.models.policies.base import LearnerSignals, Observation
+from wadiloco.models.scenario import Scenario
+from wadiloco.models.training import ProgressModel
+from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.resources import Resources
+from wadiloco.sim.training import TrainingView
+
+INF = float("inf")
+KEYS = ("t", "arrivals", "queue", "running", "merging", "p_net", "p_ckpt")
+
+
+def _utilisation(rows: list[list]) -> float:
+    """The busiest link's share of capacity used since the last sample; each row is [link,
+    capacity-seconds per bin, its `used` at the last sample], updated in place."""
+    best = 0.0
+    for row in rows:
+        used = row[0].used
+        x = (used - row[2]) / row[1]
+        row[2] = used
+        if x > best:
+            best = x
+    return best
+
+
+class Monitor:
+    def __init__(
+        self,
+        env,
+        sc: Scenario,
+        sidecars: list[Sidecar],
+        res: Resources,
+        training: TrainingView,
+        progress: ProgressModel,
+        *,
+        capacity_rps: float | None,
+        merging: Callable[[], bool],
+        bound_changed: Callable[[], None],
+        check: bool,
+    ):
+        self.env, self.sc, self.sidecars, self.res = env, sc, sidecars, res
+        self.training, self.progress = training, progress
+        self.capacity_rps = capacity_rps  # per sidecar; None for a trace replayed without `load`
+        self.merging, self.bound_changed, self.check = merging, bound_changed, check
+        self.bin_s = sc.monitor.sample_s
+        self.end = sc.horizon_s + sc.drain_s
+        self.tl: dict[str, list[float]] = {k: [] for k in KEYS}
+        self.counts = np.zeros(int(self.end / self.bin_s) + 2)  # arrivals per bin, the first n_bins filled
+        self.n_bins = 0
+        self._next = -INF  # the next sample's instant (a lookahead source)
+        # observe(): figures that change only when the monitor adds a bin, or on a merge, are cached
+        self._win_n = max(1, int(round(sc.monitor.pressure_window_s / self.bin_s)))
+        self._press_key = -1  # number of monitor bins the cached pressures were computed from
+        self._press: tuple[float, float, float] = (0.0, 0.0, 0.0)  # p_net, p_srv, p_ckpt
+        self._sig_key: float | None = None  # progress.merged_tokens the cached learner signals assume
+        self._sig_cache: dict[int, LearnerSignals] = {}  # staleness -> signals (frozen, shareable)
+        self._dur_key: tuple = ()
+        self._dur_mean = 0.0
+
+    def start(self) -> None:
+        self.env.process(self._run())
+
+    def next_sample_at(self) -> float:
+        """A lookahead source: when the monitor next reads the engines and the links."""
+        return self._next
+
+    def timeline(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, dtype=float) for k, v in self.tl.items()}
+
+    # ---- sampling ------------------------------------------------------------------------------
+    def _run(self):
+        env, bin_s, end = self.env, self.bin_s, self.end
+        net = self.res.net
+        # Only limited links count (an unlimited one is never busy).
+        wan_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("wan", "nic") if not lk.unlimited]
+        store_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("storage") if not lk.unlimited]
+        sidecars = self.sidecars
+        seen_at = [0] * len(sidecars)  # each sidecar's arrivals up to the last sample
+        counts, n_counts = self.counts, len(self.counts)
+        t_, arr_, queue_, running_, merging_, net_, ckpt_ = (self.tl[k].append for k in KEYS)
+        while env.now < end:
+            self._next = env.now + bin_s
+            self.bound_changed()
+            yield env.timeout(bin_s)
+            now = env.now
+            if self.check:
+                self._check_not_ahead(now)
+            net.fabric.advance()
+            arrived = queue = running = 0
+            for k, s in enumerate(sidecars):
+                seen = int(np.searchsorted(s.t_arr, now, "right"))  # arrivals so far
+                arrived += seen - seen_at[k]
+                seen_at[k] = seen
+                queue += s.queue_len(now)
+                running += s.running()
+            t_(now)
+            arr_(arrived)
+            if self.n_bins < n_counts:
+                counts[self.n_bins] = arrived
+                self.n_bins += 1
+            queue_(queue)
+            running_(running)
+            merging_(1.0 if self.merging() else 0.0)
+            net_(_utilisation(wan_u))
+            ckpt_(_utilisation(store_u))
+
+    def _check_not_ahead(self, now: float) -> None:
+        late = [s.idx for s in self.sidecars if s.clock > now]
+        if late:
+            raise inv.InvariantError(f"engines {late} ran past an observation at t={now!r}")
+
+    # ---- observation ---------------------------------------------------------------------------
+    def observe(self, step: int) -> Observation:
+        """What the policy sees at the decision about inner step `step`, now."""
+        now = self.env.now
+        if self.check:
+            self._check_not_ahead(now)
+        counts = self.counts[: self.n_bins].copy()  # a copy: the policy must not see later bins
+        p_net, p_srv, p_ckpt = self._pressures()
+        queue = sum(s.queue_len(now) for s in self.sidecars)
+        running = sum(s.running() for s in self.sidecars)
+        done = self.training.completed_merges()
+        key = (len(done), done[-1].end) if done else ()
+        if key != self._dur_key:
+            self._dur_key = key
+            self._dur_mean = float(np.mean([m.duration for m in done])) if done else 0.0
+        sc = self.sc
+        return Observation(
+            now=now,
+            step=step,
+            last_merge_step=self.training.last_merge_step,
+            merges=len(done),
+            h_min=sc.merge.h_min,
+            h_max=sc.merge.h_max,
+            step_time_s=sc.training.step_time_s,
+            learners=self._signals(),
+            p_net=p_net,
+            p_srv=p_srv,
+            p_ckpt=p_ckpt,
+            queue_len=queue,
+            running=running,
+            bin_s=self.bin_s,
+            arrival_counts=counts,
+            merge_duration_s=self._dur_mean,
+        )
+
+    def _window_mean(self, key: str) -> float:
+        xs = self.tl[key][-self._win_n :]
+        return float(sum(xs) / len(xs)) if xs else 0.0
+
+    def _pressures(self) -> tuple[float, float, float]:
+        """(p_net, p_srv, p_ckpt) over the pressure window. They depend only on the monitor's bins,
+        so they are recomputed only when the monitor has added one since the last call."""
+        tl = self.tl
+        key = len(tl["t"])
+        if key == self._press_key:
+            return self._press
+        n = self._win_n
+        recent = self.counts[: self.n_bins][-n:]
+        rate = float(recent.sum() / (len(recent) * self.bin_s)) if len(recent) else 0.0
+        # p_srv: serving load relative to capacity over the pressure window, the larger of
+        # (a) the arrival rate over the fleet's request capacity (unknown for a trace replayed
+        # without `load`; then only (b) counts) and (b) the mean occupancy, (waiting + in batch)
+        # over the fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
+        cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
+        slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
+        occ = [(q + r) / slots for q, r in zip(tl["queue"][-n:], tl["running"][-n:])]
+        p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
+        self._press = (min(1.0, self._window_mean("p_net")), p_srv, min(1.0, self._window_mean("p_ckpt")))
+        self._press_key = key
+        return self._press
+
+    def _signals(self) -> tuple[LearnerSignals, ...]:
+        """One LearnerSignals per island. They depend on staleness and on the tokens banked by
+        merges, so they are cached per staleness until the next merge is recorded."""
+        progress = self.progress
+        if self._sig_key != progress.merged_tokens:
+            self._sig_key = progress.merged_tokens
+            self._sig_cache = {}
+        cache = self._sig_cache
+        last = self.training.last_merge_step
+        steps = self.training.island_step
+        n_isl = len(steps)
+        signals = []
+        for k in steps:
+            stale = max(0, k - last)
+            s = cache.get(stale)
+            if s is None:
+                s = cache[stale] = LearnerSignals(
+                    progress.dloss_if_merged(stale) / n_isl, stale * self.sc.training.tokens_per_step, stale
+                )
+            signals.append(s)
+        return tuple(signals)

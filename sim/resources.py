@@ -1,0 +1,72 @@
+"""The fleet's shared resources as fabric links (sim.fabric): per host, and the network.
+
+Each host's GPUs, CPU paths and PCIe are their own fabrics (no job crosses two of them); the
+network is one fabric over the topology graph (sim.topology) plus checkpoint serialisation.
+A resource the scenario names in `fleet.unlimited` gets infinite capacity.
+"""
+
+from __future__ import annotations
+
+from wadiloco.models.scenario import Scenario
+from wadiloco.sim.fabric import INF, Fabric, Link
+from wadiloco.sim.topology import build_graph, host_node
+
+
+class HostRes:
+    """One host's shared resources. No job crosses two of them, so each is its own fabric and a
+    change on one (a serving iteration on the GPU) never re-allocates another. Each sidecar has
+    its own GPU and its own CPU path (its engine thread's core, launch queue and memory path);
+    host-wide merge work (staging, checkpoint serialisation) presses on every sidecar's CPU path."""
+
+    def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
+        unl = set(sc.fleet.unlimited)
+        gpu_cap = INF if "gpu" in unl else 1.0
+        self.name = name
+
+        def own(res: str, cap: float):
+            return Fabric(env, f"{name}/{res}", check).link(res, cap)
+
+        self.gpus = [own(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
+        self.learner_gpu = own("learner_gpu", gpu_cap)
+        self.cpus = [own(f"cpu{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)]
+        self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
+
+    def links(self) -> list[Link]:
+        return [*self.gpus, *self.cpus, self.learner_gpu, self.pcie]
+
+
+class Network:
+    """One link per directed topology edge (NICs, island uplinks, the store's write path), one per
+    switch backplane, and one per host for checkpoint serialisation, all in one fabric."""
+
+    def __init__(self, env, sc: Scenario, hosts: list[HostRes], check: bool):
+        self.fabric = net = Fabric(env, "net", check)
+        self.graph = build_graph(sc.fleet, sc.merge.checkpoint_gbps)
+        self.edge_links = {(u, v): net.link(f"{u}->{v}", d["capacity"]) for u, v, d in self.graph.edges(data=True)}
+        self.backplanes = {
+            n: net.link(f"{n}/backplane", d["backplane_gbps"])
+            for n, d in self.graph.nodes(data=True)
+            if d.get("kind") == "switch"
+        }
+        ser = INF if "storage" in sc.fleet.unlimited else sc.merge.serialize_gbps
+        self.serialize = [net.link(f"{hr.name}/serialize", ser) for hr in hosts]
+
+    def edges_of_kind(self, *kinds: str) -> list[Link]:
+        """The links of the topology edges of these kinds ("nic", "wan", "storage")."""
+        return [lk for (u, v), lk in self.edge_links.items() if self.graph.edges[u, v]["kind"] in kinds]
+
+
+class Resources:
+    def __init__(self, env, sc: Scenario, check: bool):
+        fc = sc.fleet
+        self.hosts = [
+            HostRes(env, host_node(i, h), fc.sidecars_per_host, sc, check)
+            for i in range(fc.islands)
+            for h in range(fc.hosts_per_island)
+        ]
+        self.net = Network(env, sc, self.hosts, check)
+
+    def peak_load(self) -> float:
+        """The largest allocated rate over capacity any link has seen (at most 1: an invariant)."""
+        links = list(self.net.fabric.links.values()) + [lk for hr in self.hosts for lk in hr.links()]
+        return max((lk.peak_load for lk in links), default=0.0)
