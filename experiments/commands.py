@@ -23,7 +23,12 @@ def add_parser(sub) -> None:
     p.add_argument("--check", action="store_true", help="check invariants at the end of the run")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("calibrate", help="print the fitted latency model and interference weights")
+    p = sub.add_parser("calibrate", help="print the fitted latency model and interference weights, or a profile's fit")
+    p.add_argument(
+        "profile",
+        nargs="?",
+        help="an engine profile (packaged name or YAML path) to fit and print, e.g. b200_vllm0102_eager",
+    )
     p.add_argument("--file", help="calibration JSON (default: the packaged H200 measurements)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
@@ -117,6 +122,8 @@ def cmd_calibrate(args) -> int:
     from wadiloco.models.interference import fit_weights
     from wadiloco.models.latency import fit_latency, load_calibration
 
+    if args.profile:
+        return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
     if args.file:
         p = Path(args.file)
         if not p.exists():
@@ -141,6 +148,24 @@ def cmd_calibrate(args) -> int:
     print(f"  host checkpoint  {w.host_ckpt:.4f}")
     print(f"  host staging     {w.host_stage:.4f}")
     print(f"  eager decode CPU time per iteration {w.eager_host_s * 1e3:.3f} ms (launch-bound baseline)")
+    from wadiloco.models.profiles import packaged_profiles
+
+    print(f"Engine profiles (wadiloco calibrate PROFILE): {', '.join(packaged_profiles())}")
+    return 0
+
+
+def _calibrate_profile(name: str, h200_outer: float, as_json: bool) -> int:
+    from wadiloco.experiments.output import dumps
+    from wadiloco.experiments.profile_report import profile_dict, profile_lines
+    from wadiloco.models.profiles import load_profile
+
+    p = load_profile(name)
+    if as_json:
+        d = profile_dict(p)
+        d["h200_outer_weight"] = h200_outer
+        sys.stdout.write(dumps(d) + "\n")
+    else:
+        sys.stdout.write("\n".join(profile_lines(p, h200_outer)) + "\n")
     return 0
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from wadiloco.models.config import Strict, read_yaml, validate
 from wadiloco.models.errors import InputError
 from wadiloco.models.latency import LatencyModel
+from wadiloco.models.schema import Strict, read_yaml, validate
 
 PACKAGED = "profiles"
 
