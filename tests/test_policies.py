@@ -17,7 +17,7 @@ from wadiloco.experiments.runner import run_one
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.errors import InputError
-from wadiloco.models.policies import POLICIES, describe_policies, make_policy, parse_policy
+from wadiloco.models.policies import POLICIES, make_policy, parse_policy
 from wadiloco.models.policies.base import LearnerSignals, Observation, PolicyContext
 from wadiloco.sim.fleet import Fleet, simulate
 
@@ -287,7 +287,9 @@ def test_cli_policies_lists_every_policy_with_defaults(capsys):
     assert "Undefined" not in out and "reference_params = {}" in out
     assert cli_main(["policies", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["name"] for r in rows} == set(POLICIES) and {r["name"] for r in describe_policies()} == set(POLICIES)
+    assert {r["name"] for r in rows} == set(POLICIES)
+    caps = {r["name"]: (r["oracle"], r["control"], r["takes_reference"]) for r in rows}
+    assert caps == {n: (c.oracle, c.control, c.takes_reference) for n, c in POLICIES.items()}
 
 
 def test_cli_run_every_policy(tmp_path, capsys):
