@@ -2,7 +2,7 @@
 
 * The latency fit: numpy's pseudo-inverse WLS (what simulations use, no statsmodels import) gives
   statsmodels' WLS coefficients, and `wadiloco calibrate` still reports the statsmodels fit.
-* models/batching.py: the inlined GPU-bound forms equal the general closed forms.
+* models/batching.py: the inlined and searching forms equal the plain closed forms.
 * sim/monitor.py Monitor.observe(): the cached pressures, learner signals and merge duration, and the
   inlined queue/running counts, equal a from-scratch computation at every decision of runs with
   merges, and the monitor's arrival/queue samples equal a from-scratch count.
@@ -96,24 +96,31 @@ def _run_time_general(k, g0, dg, h):
     """models.batching.run_time as first written: host-bound count, then the series."""
     if k <= 0:
         return 0.0
-    m = batching.host_bound_count(k, g0, dg, h)
+    m = 0 if h <= g0 else k if dg <= 0 else min(k, math.ceil((h - g0) / dg))
     if m and h <= g0 + (m - 1) * dg:
         m -= 1
     return m * h + (k - m) * g0 + dg * (k * (k - 1) / 2 - m * (m - 1) / 2)
 
 
-def _iters_to_reach_general(t, g0, dg, h, kmax):
+def _iters_within_general(t, g0, dg, h, kmax):
     k = min(kmax, max(0, batching._guess(t, g0, dg, h)))
     while k < kmax and _run_time_general(k + 1, g0, dg, h) <= t:
         k += 1
     while k > 0 and _run_time_general(k, g0, dg, h) > t:
         k -= 1
+    return k
+
+
+def _iters_to_reach_general(t, g0, dg, h, kmax):
+    k = _iters_within_general(t, g0, dg, h, kmax)
     if _run_time_general(k, g0, dg, h) < t:
         k += 1
     return max(1, min(k, kmax))
 
 
 def test_batching_fast_forms_are_exact():
+    """run_time (host-bound count inlined, GPU-bound shortcut), reach and split (one search that
+    keeps the run times it computes) equal the plain forms bit for bit."""
     rnd = random.Random(7)
     checked = 0
     for _ in range(50_000):
@@ -123,8 +130,7 @@ def test_batching_fast_forms_are_exact():
         k = rnd.randint(0, 3000)
         rt = _run_time_general(k, g0, dg, h)
         assert batching.run_time(k, g0, dg, h) == rt  # bit for bit
-        if h <= g0 and k >= 1 and (g0 > 0 or dg > 0):
-            assert batching.gpu_run_time(k, g0, dg) == rt
+        if k >= 1 and (g0 > 0 or dg > 0 or h > 0):
             # arbitrary targets, and targets exactly on a boundary
             t = (
                 rnd.uniform(1e-9, rt * 1.2 + 1e-3)
@@ -132,7 +138,9 @@ def test_batching_fast_forms_are_exact():
                 else _run_time_general(rnd.randint(1, k), g0, dg, h)
             )
             want = _iters_to_reach_general(t, g0, dg, h, k)
-            assert batching.gpu_iters_to_reach(t, g0, dg, k) == want == batching.iters_to_reach(t, g0, dg, h, k)
+            assert batching.reach(t, g0, dg, h, k) == (want, _run_time_general(want, g0, dg, h))
+            done = _iters_within_general(t, g0, dg, h, k)
+            assert batching.split(t, g0, dg, h, k) == (done, t - _run_time_general(done, g0, dg, h))
             checked += 1
     assert checked > 10_000
 

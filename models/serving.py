@@ -1,0 +1,305 @@
+"""The serving engine's state and step rules (vLLM-like continuous batching), SimPy-free.
+
+`EngineState` holds everything one sidecar engine knows: per-request inputs (arrival times,
+prompt and output lengths, as compact typed arrays) and results (admission, first-token and
+finish times, numpy), the queues (waiting, prefilling, a heap of decoders keyed by the iteration
+after which each is done) and the counters. Requests are plain integers indexing the arrays, so
+the hot path allocates no per-request objects.
+
+The rules, one iteration at a time (vLLM v1 order; benchmarks/reference.py implements the same
+rules independently, as the tests' oracle):
+
+1. Every request that has arrived by the start of the iteration (t <= now) is waiting.
+2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
+   already prefilling get the next chunk of their prompt first (in order); then waiting requests
+   are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
+3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (models.latency) and host work h run
+   at once; at speeds rg and rh (1 alone) the iteration takes max(h/rh, g/rg).
+4. At its end every decoder has one more token; a request whose prompt is now fully computed
+   has its first token and decodes with context prompt + 1 (or finishes, if it wants one output
+   token: `first_tokens`); a decoder with all its output tokens finishes.
+
+`serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
+until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
+or up to the first boundary at or after an arrival it could admit, timed in closed form
+(models.batching). A step that ends before the lookahead bound (`bound.until`: nothing will look
+at the engine or change its speeds before then) is booked at once, without a wait.
+
+`serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy), not a loop a
+process calls into once per step: that call, or a generator switch, costs 5-15% of a run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Generator, Sized
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from wadiloco.models.batching import reach, run_time, split
+
+NAN = math.nan
+FULL_SPEED = (1.0, 1.0)
+
+
+class Clock(Protocol):
+    """What the engine needs from the simulator it runs in (sim/engine.py: Sidecar, on SimPy)."""
+
+    Cut: type[BaseException]  # thrown in at a wait that is cut short
+    interruptible: bool  # the engine sets it while in a wait that may be cut short
+    gpu_jobs: Sized  # other work on the engine's GPU and host: while both are empty it runs at
+    host_jobs: Sized  # full speed without asking speeds()
+
+    def wait(self, delay: float) -> object:
+        """Something to yield that resumes the engine `delay` later."""
+
+    def now(self) -> float: ...
+
+    def speeds(self) -> tuple[float | None, float | None]:
+        """The engine's speed on its GPU and its host (constant until the jobs there change), or
+        None for a link whose sharing is the fabric's to decide (then `shared` runs the step)."""
+
+    def shared(self, g: float, h: float) -> Generator:
+        """Run GPU work g and host work h as jobs among the others; returns when both are done."""
+
+
+class Bound(Protocol):
+    """The lookahead bound (sim.engine.Lookahead)."""
+
+    until: float  # before this instant nothing will look at the engine or touch its links
+
+
+def delay_to(now: float, t: float) -> float:
+    """A delay d with now + d == t in floating point, so that a wait set from the simulator's
+    clock `now` ends at exactly the engine's own clock value t (t - now alone can miss by an ulp)."""
+    d = t - now
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t:
+        d = math.nextafter(d, -math.inf)
+    return d
+
+
+class Counts(NamedTuple):
+    """Where a sidecar's requests are at an instant; the fields sum to all its requests."""
+
+    waiting: int  # arrived, not admitted
+    prefilling: int  # admitted, prompt not fully computed
+    decoding: int
+    not_arrived: int
+    finished: int
+
+
+def packed(x, code: str, dtype) -> array:
+    """`x` as a compact typed array whose items read back as Python floats or ints."""
+    a = array(code)
+    a.frombytes(memoryview(np.ascontiguousarray(x, dtype=dtype)).cast("B"))
+    return a
+
+
+class EngineState:
+    """One engine's state. While `serve` runs it keeps the counters in locals and publishes
+    them here at every step, so whenever anything else runs this is the state as of `now`."""
+
+    __slots__ = (
+        # configuration: limits, latency model, host work per iteration
+        ("max_seqs", "budget", "a", "b", "c", "d", "h")
+        # per-request inputs and results
+        + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
+        # queues
+        + ("next_i", "waiting", "prefilling", "prefilled", "fin_heap")
+        # counters, the clock, and the probe's (start, end) per step (None: off)
+        + ("n_dec", "sum_ctx", "diter", "n_finished", "contended", "now", "log")
+    )
+
+    def __init__(self, t, prompt, output, lat, *, max_num_seqs: int, max_num_batched_tokens: int, host_s: float):
+        self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
+        self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
+        self.n = n = len(t)
+        self.t_arr = packed(t, "d", np.float64)
+        self.prompt = packed(prompt, "q", np.int64)
+        self.output = packed(output, "q", np.int64)
+        self.admitted = np.full(n, NAN)
+        self.first_token = np.full(n, NAN)
+        self.finish = np.full(n, NAN)
+        self.next_i = 0  # next arrival not yet pulled into `waiting`
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
+        self.prefilled: dict[int, int] = {}  # prefilling request -> prompt tokens computed so far
+        self.fin_heap: list[tuple[int, int]] = []  # (iteration after which it is done, request)
+        self.n_dec = 0  # decoding requests
+        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
+        self.diter = 0  # iterations run
+        self.n_finished = 0
+        self.contended = 0  # iterations run below full speed or shared with other jobs
+        self.now = 0.0
+        self.log: list[tuple[float, float]] | None = None
+
+    # -- queries (present state only) -------------------------------------------------------
+    def queue_len(self, now: float) -> int:
+        """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
+        or before an earlier instant, so the search can start there.)"""
+        i, t = self.next_i, self.t_arr
+        return len(self.waiting) + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
+
+    def running(self) -> int:
+        return self.n_dec + len(self.prefilling)
+
+    def counts(self, now: float) -> Counts:
+        """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
+        arrived = bisect_right(self.t_arr, now)
+        waiting = len(self.waiting) + arrived - self.next_i
+        return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished)
+
+    # -- rules 2 and 4 --------------------------------------------------------------------------
+    def admit(self, now: float, n_dec: int) -> tuple[list[tuple[int, int]], int]:
+        """The prefill chunks (request, tokens) of the iteration starting at `now`, admitting
+        waiting requests as rule 2 allows; and the prefill tokens they add up to."""
+        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self.prefilled, self.prompt
+        budget0 = self.budget
+        budget = budget0 - n_dec
+        chunks: list[tuple[int, int]] = []
+        for rid in prefilling:
+            if budget <= 0:
+                break
+            take = prompt[rid] - prefilled[rid]
+            take = take if take < budget else budget
+            chunks.append((rid, take))
+            budget -= take
+        admitted, room = self.admitted, self.max_seqs - n_dec - len(prefilling)
+        while waiting and budget > 0 and room > 0:
+            rid = waiting.popleft()
+            admitted[rid] = now
+            prefilling.append(rid)
+            prefilled[rid] = 0
+            take = prompt[rid]
+            take = take if take < budget else budget
+            chunks.append((rid, take))
+            budget -= take
+            room -= 1
+        return chunks, budget0 - n_dec - budget
+
+    def first_tokens(self, chunks, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
+        first tokens, new decoders (and requests wanting one output token, finished). Returns
+        the new (n_dec, sum_ctx)."""
+        prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self.first_token
+        # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
+        # new admissions appended to it), and only the last chunk can fall short of its prompt:
+        # the requests whose prefill completes are a prefix of `prefilling`.
+        completed = 0
+        for rid, take in chunks:
+            got = prefilled[rid] + take
+            if got < prompt[rid]:
+                prefilled[rid] = got
+                continue
+            del prefilled[rid]
+            completed += 1
+            first_token[rid] = end
+            out = output[rid]
+            if out <= 1:
+                self.finish[rid] = end
+                self.n_finished += 1
+                continue
+            n_dec += 1
+            sum_ctx += prompt[rid] + 1
+            heapq.heappush(self.fin_heap, (diter + out - 1, rid))
+        del self.prefilling[:completed]
+        return n_dec, sum_ctx
+
+
+def _shared_step(st: EngineState, clock: Clock, g: float, h: float, t_sim: float, now: float):
+    """One iteration (what is left of it: GPU work g, host work h) as jobs among the others,
+    from the engine's clock `now`; returns the time it ends."""
+    st.contended += 1
+    if t_sim != now:  # (cannot happen: work on the links clears the lookahead bound)
+        yield clock.wait(delay_to(t_sim, now))
+    yield from clock.shared(g, h)
+    return clock.now()
+
+
+def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
+    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done. See the
+    module docstring for what a step is and when one is booked without a wait."""
+    t_arr, n, h, max_seqs, a, b, c, d = st.t_arr, st.n, st.h, st.max_seqs, st.a, st.b, st.c, st.d
+    waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
+    prompt, output, pop = st.prompt, st.output, heapq.heappop
+    gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
+    now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
+    k, end, chunks, slowed, t_sim = 0, now, None, False, now  # the step in hand; the clock's time
+    while True:
+        if k:  # book the step in hand: k iterations ended at `end` (rule 4)
+            if log is not None:
+                log.append((now, end))
+            diter += k
+            sum_ctx += n_dec * k
+            if slowed:
+                st.contended += k
+            if chunks:
+                n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
+            while fin_heap and fin_heap[0][0] <= diter:
+                rid = pop(fin_heap)[1]
+                finish[rid] = end
+                st.n_finished += 1
+                n_dec -= 1
+                sum_ctx -= prompt[rid] + output[rid]
+        now = end
+        while i < n and t_arr[i] <= now:  # rule 1
+            waiting.append(i)
+            i += 1
+        st.now, st.next_i, st.n_dec = now, i, n_dec
+        st.sum_ctx, st.diter = sum_ctx, diter
+        if not n_dec and not prefilling and not waiting:  # idle until the next arrival
+            if i >= n:
+                return
+            k, span = 0, t_arr[i] - now
+            end = now + span
+            if end >= bound.until:
+                yield wait(span if t_sim == now else delay_to(t_sim, end))
+                t_sim = end
+            continue
+        if prefilling or waiting:  # rules 2 and 3
+            chunks, pf = st.admit(now, n_dec)
+            g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+        else:
+            chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+        dg = c * n_dec
+        rg = rh = 1.0
+        sg, sdg, sh = g0, dg, h
+        if gpu_jobs or host_jobs:
+            rg, rh = clock.speeds()
+            if rg is None or rh is None:  # the links are shared: the iteration's work goes to them
+                end = t_sim = yield from _shared_step(st, clock, g0, h, t_sim, now)
+                k, slowed = 1, False
+                continue
+            sg, sdg, sh = g0 / rg, dg / rg, h / rh
+        k, span = 1, (sh if sh > sg else sg)
+        if ff and n_dec and not chunks:
+            k = fin_heap[0][0] - diter  # >= 1: finished requests were popped
+            span = run_time(k, sg, sdg, sh)
+            if k > 1 and i < n and n_dec < max_seqs and span > t_arr[i] - now:
+                k, span = reach(t_arr[i] - now, sg, sdg, sh, k)  # stop for an arrival it could admit
+        slowed = rg < 1.0 or rh < 1.0
+        end = now + span
+        if end < bound.until:
+            continue
+        clock.interruptible = True
+        try:
+            yield wait(span if t_sim == now else delay_to(t_sim, end))
+            clock.interruptible = False
+        except Cut:  # the jobs on our links changed: what is left of the iteration is shared work
+            end = clock.now()
+            done, e = split(end - now, sg, sdg, sh, k)  # the iterations done ran at the old speeds
+            if done < k:
+                diter += done
+                sum_ctx += n_dec * done
+                st.contended += done if slowed else 0
+                k, slowed = 1, False
+                st.diter, st.sum_ctx = diter, sum_ctx
+                end = yield from _shared_step(st, clock, g0 + done * dg - e * rg, h - e * rh, end, end)
+        t_sim = end
