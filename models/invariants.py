@@ -28,6 +28,23 @@ def check_requests(r: dict[str, np.ndarray], n_arrived: int) -> None:
             raise InvariantError("a request produced a token without being admitted")
 
 
+def check_conservation(sidecar: int, counts, arrivals: int, completed: int) -> None:
+    """INV-1, from the engine's own state (`counts`: models.serving.Counts, where each request is
+    now): waiting + prefilling + decoding + not yet arrived + finished = the sidecar's arrivals, and
+    the engine's finished count = the completed rows of the request table. A request an engine drops
+    from its queues, or books twice, breaks the first sum; a table that disagrees breaks the second."""
+    where = ", ".join(f"{k} {v}" for k, v in counts._asdict().items())
+    if sum(counts) != arrivals:
+        raise InvariantError(
+            f"request conservation, sidecar {sidecar}: {where} sum to {sum(counts)}, not {arrivals} arrivals"
+        )
+    if counts.finished != completed:
+        raise InvariantError(
+            f"request conservation, sidecar {sidecar}: the engine finished {counts.finished}, "
+            f"the request table completed {completed}"
+        )
+
+
 def check_corridor(merge_steps: list[int], h_min: int, h_max: int, final_step: int) -> None:
     prev = 0
     for s in merge_steps:

@@ -179,6 +179,9 @@ class Fleet:
 
     def check_invariants(self, req: dict[str, np.ndarray], merges: list[MergeRecord]) -> None:
         inv.check_requests(req, sum(len(a.t) for a in self.arrivals))
+        done = np.bincount(req["sidecar"][req["completed"]], minlength=len(self.sidecars))
+        for i, (s, a) in enumerate(zip(self.sidecars, self.arrivals)):
+            inv.check_conservation(i, s.counts(self.env.now), len(a.t), int(done[i]))
         inv.check_merges(merges)
         inv.check_peak_load(self.res.peak_load())
         cls = self.r.policy

@@ -139,3 +139,34 @@ def test_request_checks_catch_violations():
     inv.check_merges([m])
     with pytest.raises(inv.InvariantError):
         inv.check_merges([replace(m, end=m.start - 1)])
+
+
+def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
+    """The engine silently loses one admitted request: the request table still has a row per
+    arrival (check_requests passes), but the engine's own counts no longer sum to its arrivals."""
+    from wadiloco.models import serving
+
+    sc = _short(ROOT / "scenarios" / "normal.yaml", horizon=60.0)
+    simulate(sc, 1, check=True)  # intact: passes
+    admit = serving.EngineState.admit
+    dropped = []
+
+    def lossy(self, now, n_dec):
+        if not dropped and len(self.waiting) > 1:
+            dropped.append(self.waiting.pop())  # gone from every queue, never booked
+        return admit(self, now, n_dec)
+
+    monkeypatch.setattr(serving.EngineState, "admit", lossy)
+    with pytest.raises(inv.InvariantError, match="request conservation, sidecar"):
+        simulate(sc, 1, check=True)
+    assert dropped
+
+
+def test_conservation_check_compares_with_the_table():
+    from wadiloco.models.serving import Counts
+
+    inv.check_conservation(0, Counts(1, 2, 3, 4, 5), 15, 5)
+    with pytest.raises(inv.InvariantError, match="sum to 14, not 15"):
+        inv.check_conservation(0, Counts(1, 2, 3, 3, 5), 15, 5)
+    with pytest.raises(inv.InvariantError, match="table completed 4"):
+        inv.check_conservation(0, Counts(1, 2, 3, 4, 5), 15, 4)

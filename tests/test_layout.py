@@ -47,3 +47,35 @@ def test_no_bare_top_level_imports():
                 names = [node.module]
             bad += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in TOP]
     assert not bad, "import through the wadiloco namespace: " + ", ".join(bad)
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(paths) -> list[str]:
+    """Functions (and methods, nested ones included) longer than MAX_FUNCTION_LINES lines,
+    decorators and docstring included."""
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                n = node.end_lineno - first + 1
+                if n > MAX_FUNCTION_LINES:
+                    out.append(f"{path.name}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_no_function_over_80_lines():
+    paths = [p for top in ("models", "sim", "experiments") for p in sorted((ROOT / top).rglob("*.py"))]
+    assert len(paths) > 50
+    long = long_functions(paths)
+    assert not long, "split these: " + "; ".join(long)
+
+
+def test_the_length_check_fires(tmp_path):
+    body = "    x = 1\n"
+    (tmp_path / "ok.py").write_text("@staticmethod\ndef f():\n" + body * (MAX_FUNCTION_LINES - 2))
+    (tmp_path / "long.py").write_text("class C:\n    def g(self):\n" + ("    " + body) * MAX_FUNCTION_LINES)
+    assert long_functions([tmp_path / "ok.py"]) == []
+    assert long_functions([tmp_path / "long.py"]) == [f"long.py:2 g ({MAX_FUNCTION_LINES + 1} lines)"]
