@@ -22,7 +22,8 @@ from wadiloco.models.workloads import (
     parse_workload,
 )
 
-SYNTHETIC = ["normal", "pressure_heavy", "sustained_sync_heavy", "bursty", "aperiodic"]
+# every registered synthetic kind (a new one is covered without editing a list)
+SYNTHETIC = sorted(k for k, e in WORKLOADS.items() if issubclass(e.params, W.SyntheticParams))
 CAP = 10.0  # requests/s per sidecar
 
 
