@@ -6,6 +6,10 @@ Every evaluation on a seed uses the same RNG streams (common random numbers): on
 changes between bisection steps, so the search compares like with like. The per-seed answers
 give a mean and a bootstrap CI; the same search without merges (`no_sync`) gives the capacity
 the fleet would have if it did not train, and the difference is what training costs.
+
+That difference means something only if merges happened: every search records how many merges
+the run at its answer load made, and the result says (`merge_warning`) when a policy's runs had
+none, or fewer than `MIN_MERGES` (e.g. a horizon shorter than the policy's interval).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import numpy as np
 from wadiloco.models.config import Scenario, with_overrides
 from wadiloco.models.errors import InputError
 
+MIN_MERGES = 2  # fewer merges per run than this and a "cost of training" is one merge's anecdote
+
 
 @dataclass(frozen=True)
 class SearchSpec:
@@ -32,63 +38,58 @@ class SearchSpec:
 
 def attainment_at(
     sc: Scenario, load: float, seed: int, policy: str, params: dict | None, fleet_kw: dict | None = None
-) -> tuple[float, float]:
-    """(attainment, capacity_rps_per_sidecar) of one run at `load`."""
+) -> tuple[float, float, int]:
+    """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`."""
     from wadiloco.experiments.runner import run_one
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary
-    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan"))
+    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), int(s["merges"])
 
 
 def search_seed(
-    sc: Scenario, seed: int, policy: str, params: dict | None, spec: SearchSpec, fleet_kw: dict | None = None
+    sc: Scenario,
+    seed: int,
+    policy: str,
+    params: dict | None,
+    spec: SearchSpec,
+    fleet_kw: dict | None = None,
+    tick=None,
 ) -> dict[str, Any]:
-    """Bisection on one seed. Returns the largest load found feasible and its rate."""
+    """Bisection on one seed: the largest load found feasible, its rate, and the merges the run at
+    that load made. `tick()` is called after every run (a progress bar's)."""
     if spec.horizon_s:
         sc = with_overrides(sc, {"horizon_s": spec.horizon_s})
+    evals = 0
+
+    def at(load: float) -> tuple[float, float, int]:
+        nonlocal evals
+        out = attainment_at(sc, load, seed, policy, params, fleet_kw)
+        evals += 1
+        if tick is not None:
+            tick()
+        return out
+
     lo, hi = spec.lo, spec.hi
-    a_lo, cap = attainment_at(sc, lo, seed, policy, params, fleet_kw)
-    evals = 1
+    a_lo, cap, merges = at(lo)
+
+    def found(load: float, m: int, bracket: list[float], note: str = "") -> dict[str, Any]:
+        rec = {"seed": seed, "max_load": load, "max_rate": load * cap, "capacity_rps": cap, "merges": m}
+        return {**rec, "evals": evals, "bracket": bracket, "note": note}
+
     if a_lo < spec.attainment:
-        return {
-            "seed": seed,
-            "max_load": 0.0,
-            "max_rate": 0.0,
-            "capacity_rps": cap,
-            "evals": evals,
-            "bracket": [0.0, lo],
-            "note": f"attainment {a_lo:.3f} < target even at load {lo}",
-        }
-    a_hi, _ = attainment_at(sc, hi, seed, policy, params, fleet_kw)
-    evals += 1
+        return found(0.0, merges, [0.0, lo], f"attainment {a_lo:.3f} < target even at load {lo}")
+    a_hi, _, m_hi = at(hi)
     if a_hi >= spec.attainment:
-        return {
-            "seed": seed,
-            "max_load": hi,
-            "max_rate": hi * cap,
-            "capacity_rps": cap,
-            "evals": evals,
-            "bracket": [hi, math.inf],
-            "note": f"target still met at the top of the range (load {hi})",
-        }
+        return found(hi, m_hi, [hi, math.inf], f"target still met at the top of the range (load {hi})")
     while hi - lo > spec.tol:
         mid = 0.5 * (lo + hi)
-        a, _ = attainment_at(sc, mid, seed, policy, params, fleet_kw)
-        evals += 1
+        a, _, m = at(mid)
         if a >= spec.attainment:
-            lo = mid
+            lo, merges = mid, m
         else:
             hi = mid
-    return {
-        "seed": seed,
-        "max_load": lo,
-        "max_rate": lo * cap,
-        "capacity_rps": cap,
-        "evals": evals,
-        "bracket": [lo, hi],
-        "note": "",
-    }
+    return found(lo, merges, [lo, hi])
 
 
 def _task(args):
@@ -117,6 +118,58 @@ def mean_ci(xs: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[f
     return m, lo, hi
 
 
+def search_runs(spec: SearchSpec, policy: str, seeds: int) -> int:
+    """Runs a search takes at most (a progress bar's total): per seed and arm, both ends of the
+    bracket and every bisection step."""
+    width = spec.hi - spec.lo
+    steps = math.ceil(math.log2(width / spec.tol)) if spec.tol < width else 0
+    return seeds * (1 if policy == "no_sync" else 2) * (2 + steps)
+
+
+def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[dict[str, Any]]:
+    """Every task's search, in task order; `bar` (a tqdm, or None) advances by runs."""
+    per_search = search_runs(spec, "no_sync", 1)
+
+    def advance(n: int) -> None:
+        if bar is not None and n > 0:
+            bar.update(n)
+
+    if workers > 1 and not tasks[0][-1]:  # fleet_kw (e.g. a latency model) stays in this process
+        import multiprocessing as mp
+        from concurrent.futures import as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+            futures = [ex.submit(_task, t) for t in tasks]
+            for _ in as_completed(futures):
+                advance(per_search)
+            return [f.result() for f in futures]
+    results = []
+    for t in tasks:
+        r = search_seed(*t, tick=lambda: advance(1))
+        advance(per_search - r["evals"])  # a search that ended early: its unrun steps are done
+        results.append(r)
+    return results
+
+
+def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], horizon_s: float | None) -> str:
+    """Why a capacity cost may mean nothing: a policy whose runs made no merge, or too few."""
+    if policy == "no_sync":
+        return ""
+    merges = [r["merges"] for r in per_seed]
+    if min(merges) >= MIN_MERGES:
+        return ""
+    h = horizon_s or sc.horizon_s
+    steps = f"a {h:g} s horizon is about {h / sc.training.step_time_s:.0f} inner steps"
+    none = sum(m == 0 for m in merges)
+    if none == len(merges):
+        what = "no run made a merge, so this measures nothing about training's cost"
+    elif none:
+        what = f"{none} of {len(merges)} seeds made no merge at their answer load"
+    else:
+        what = f"runs made as few as {min(merges)} merge(s) (fewer than {MIN_MERGES}): the cost rests on too few merges"
+    return f"{policy}: {what}; {steps} (lengthen --horizon or shorten the policy's interval)"
+
+
 def capacity(
     sc: Scenario,
     policy: str,
@@ -126,20 +179,17 @@ def capacity(
     spec: SearchSpec = SearchSpec(),
     workers: int = 1,
     fleet_kw: dict | None = None,
+    bar=None,
 ) -> dict[str, Any]:
+    """The search for `policy` and for no_sync on every seed. `bar` (a tqdm) advances per run;
+    its total is `search_runs(spec, policy, seeds)`."""
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
     if seeds < 1:
         raise InputError("<command line>", "--seeds", "must be at least 1")
     runs = ((policy, params),) if policy == "no_sync" else ((policy, params), ("no_sync", {}))
     tasks = [(sc, s, p, pp, spec, fleet_kw) for p, pp in runs for s in range(seeds)]
-    if workers > 1 and not fleet_kw:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
-            results = list(ex.map(_task, tasks))
-    else:
-        results = [_task(t) for t in tasks]
+    results = _searches(tasks, spec, workers, bar)
     pol, base = results[:seeds], results[seeds:] or results[:seeds]
     m, lo, hi = mean_ci([r["max_rate"] for r in pol])
     bm, blo, bhi = mean_ci([r["max_rate"] for r in base])
@@ -160,6 +210,9 @@ def capacity(
         "capacity_cost_fraction": cm,
         "capacity_cost_ci_low": clo,
         "capacity_cost_ci_high": chi,
+        "merges_min": min(r["merges"] for r in pol),
+        "merges_mean": float(np.mean([r["merges"] for r in pol])),
+        "merge_warning": merge_warning(sc, policy, pol, spec.horizon_s),
         "per_seed": pol,
         "no_sync_per_seed": base,
     }
