@@ -161,8 +161,8 @@ def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, st
     regimes = [r.name for r in plan.regimes]
     made = []
     if not summary.empty:
-        F.violation_rate(summary, regimes, fdir / "violation_rate.png")
-        made.append(("figures/violation_rate.png", "SLO violation rate per policy per regime, with bootstrap CIs"))
+        F.sync_excess(summary, regimes, fdir / "sync_excess.png")
+        made.append(("figures/sync_excess.png", "sync-excess SLO violation per policy per regime, with bootstrap CIs"))
         F.envelope(summary, runs, regimes, fdir / "envelope.png")
         made.append(("figures/envelope.png", "matched-random envelopes with each policy's mean sync-excess"))
         F.tradeoff(summary, regimes, fdir / "tradeoff.png")
