@@ -22,6 +22,12 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite tests/golden/ from the current code instead of comparing with it (see tests/golden/README.md)",
     )
+    parser.addoption(
+        "--update-notebooks",
+        action="store_true",
+        default=False,
+        help="write the executed notebooks, outputs included, back to notebooks/ (see notebooks/README.md)",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,20 @@
-"""Every notebook in notebooks/ runs top to bottom without errors (at the small sizes it ships with)."""
+"""Every notebook in notebooks/ runs top to bottom without errors (at the small sizes it ships with),
+and every cell meant to draw shows its figure.
+
+A cell is meant to draw when it carries the cell tag `figure`; a code cell that calls a plotting
+entry point (`plt.subplots`, `plt.show`, `display(Image(...))`, a seaborn `*plot`) must carry it, so a
+new plot cannot slip past the check untagged. The executed notebook must then hold an `image/png`
+output for each such cell: a figure drawn on a non-interactive backend (`matplotlib.use("Agg")`)
+executes cleanly but shows nothing, and fails here.
+
+The notebooks are committed with their outputs so that they read on a repository page;
+`python -m pytest tests/test_notebooks.py --update-notebooks` re-executes them and writes the
+outputs back (notebooks/README.md).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -10,12 +23,30 @@ from nbclient import NotebookClient
 
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
+FIGURE_TAG = "figure"
+DRAWS = re.compile(r"plt\.(subplots|figure|show)\(|display\(\s*Image\(|sns\.\w*plot\(")
 
 
 def execute(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}).execute()
     return nb
+
+
+def figure_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """What is wrong with an executed notebook's figures: cells that draw without the `figure`
+    tag, and tagged cells with no image among their outputs."""
+    problems = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code":
+            continue
+        tagged = FIGURE_TAG in c.metadata.get("tags", [])
+        if DRAWS.search(c.source) and not tagged:
+            problems.append(f"cell {i} draws but has no '{FIGURE_TAG}' tag")
+        images = [o for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+        if tagged and not images:
+            problems.append(f"cell {i} is meant to draw but produced no image")
+    return problems
 
 
 def test_notebooks_exist():
@@ -28,8 +59,28 @@ def test_notebooks_exist():
     } <= names
 
 
+def test_figure_check_can_fail():
+    """The check fires on a tagged cell without an image and on an untagged cell that draws."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("plt.show()", metadata={"tags": [FIGURE_TAG]}),
+        nbformat.v4.new_code_cell("fig, ax = plt.subplots()"),
+    ]
+    assert figure_problems(nb) == [
+        "cell 0 is meant to draw but produced no image",
+        "cell 1 draws but has no 'figure' tag",
+    ]
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo="})]
+    nb.cells[1].metadata["tags"] = [FIGURE_TAG]
+    nb.cells[1].outputs = list(nb.cells[0].outputs)
+    assert figure_problems(nb) == []
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path):
+def test_notebook_runs(path, request):
     nb = execute(path)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
+    assert not figure_problems(nb), f"{path.name}: " + "; ".join(figure_problems(nb))
+    if request.config.getoption("--update-notebooks"):
+        nbformat.write(nb, path)
