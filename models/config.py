@@ -2,7 +2,8 @@
 
 `load` gives a `Resolved`: the validated `Scenario` (schema: models.scenario), its workload's
 parsed params (a trace loaded: models.workloads) and the run's policy class with validated params
-(models.policies). The fleet is built from a `Resolved` as it is and parses nothing again.
+(models.policies), and its GPU co-tenant and testbed labels as plans (models.cotenant: weights
+and exact timetables, files read). The fleet is built from a `Resolved` as it is and parses nothing again.
 `load_scenario`, `scenario_from_dict` and `with_overrides` check just as deeply but return the bare
 `Scenario`, for code that edits scenarios (sweeps, capacity searches); `resolve` turns one into a
 `Resolved` (a trace is read once per process and file: models.traces.load_trace_cached).
@@ -19,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import Params, Policy, parse_policy
 from wadiloco.models.scenario import (
@@ -73,6 +75,8 @@ class Resolved:
     workload: BaseModel  # the workload kind's params (models.workloads); a trace is loaded
     policy: type[Policy]  # the policy this run uses (not necessarily the scenario's own)
     params: Params  # its validated params, checked against the merge corridor
+    cotenant: CotenantPlan | None = None  # `cotenant:` resolved (sim.cotenant runs it)
+    labels: LabelPlan | None = None  # `testbed_labels:` resolved (added to the request table)
 
     @property
     def policy_name(self) -> str:
@@ -100,7 +104,7 @@ def policy_choice(sc: Scenario, name: str | None, params: dict | None) -> tuple[
 def check_policy(sc: Scenario, name: str, params: dict | None, file: object, where: str):
     """Validate a policy's params, and that they fit the scenario's merge corridor: (class, params)."""
     cls, p = parse_policy(name, params, file, where)
-    problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max)
+    problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max) or cls.check_inputs(p, sc.base_dir)
     if problem:
         raise InputError(file, f"{where}.params", problem)
     return cls, p
@@ -116,7 +120,7 @@ def resolve(
     file = sc.source if file is None else file
     workload = parse_workload(sc.workload, file, sc.base_dir)
     cls, p = check_policy(sc, *policy_choice(sc, policy, params), file, where)
-    return Resolved(sc, workload, cls, p)
+    return Resolved(sc, workload, cls, p, cotenant_plan(sc, file), label_plan(sc, file))
 
 
 def from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Resolved:

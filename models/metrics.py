@@ -88,6 +88,29 @@ def request_table(per_sidecar, ttft_slo: float, tpot_slo: float, merges) -> dict
     return r
 
 
+# Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
+# whether a request started in a sync window, and with a pressure source, the max pressure at its
+# start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).
+LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
+
+
+def add_labels(r: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Add label columns (in the table's row order) to a request table; no other column changes."""
+    unknown = set(labels) - set(LABEL_COLUMNS)
+    if unknown:
+        raise ValueError(f"not a label column: {sorted(unknown)}")
+    for k in LABEL_COLUMNS:
+        if k in labels:
+            if len(labels[k]) != len(r["arrival"]):
+                raise ValueError(f"label {k}: {len(labels[k])} values for {len(r['arrival'])} requests")
+            r[k] = np.asarray(labels[k])
+    return r
+
+
+def _span(ab: tuple[float, float]) -> float:
+    return ab[1] - ab[0]
+
+
 def _pct(x: np.ndarray, q: float) -> float:
     x = x[~np.isnan(x)]
     return float(np.percentile(x, q)) if len(x) else float("nan")
@@ -100,8 +123,8 @@ def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float
     by_phase = {name: int(np.sum(viol & (r["phase"] == i))) for i, name in enumerate(PHASE_NAMES)}
     by_phase["none"] = int(np.sum(viol & ~overl))
     durs = [m.duration for m in merges]
-    phase_means = {
-        name: float(np.mean([m.phases[name][1] - m.phases[name][0] for m in merges])) if merges else 0.0
+    phase_means = {  # a phase the scenario's merges do not run (merge.phases) lasts 0
+        name: float(np.mean([_span(m.phases.get(name, (0.0, 0.0))) for m in merges])) if merges else 0.0
         for name in PHASE_NAMES
     }
     e2e_in = r["e2e"][overl & r["completed"]]

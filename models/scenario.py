@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from functools import lru_cache
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.schema import Strict
 
@@ -57,6 +58,9 @@ class EngineConfig(Strict):
     # work with the GPU step, which is what max(h, g) models; set ~0.0005 for a lean engine.
     host_overhead_s: float = Field(0.0049, ge=0, le=10)
     fast_forward: bool = True
+    # An engine profile (models.profiles: a packaged name, or a YAML path relative to the scenario)
+    # that other blocks read fitted numbers from, e.g. `cotenant.profile_entry`.
+    profile: str | None = None
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -84,9 +88,15 @@ class TrainingConfig(Strict):
     initial_loss_tokens: float = Field(1.0e9, ge=0, description="tokens seen before the run")
 
 
+MERGE_PHASES = ("stage", "allreduce", "outer", "ckpt")  # the order a merge runs them in (sim.training)
+
+
 class MergeConfig(Strict):
     h_min: int = Field(128, ge=1)
     h_max: int = Field(512, ge=1)
+    # Which phases a merge runs, in this order; [] makes a merge instantaneous (the testbed has no
+    # DiLoCo traffic: its "merges" are timetable windows of a co-tenant, `cotenant:`).
+    phases: list[Literal["stage", "allreduce", "outer", "ckpt"]] = list(MERGE_PHASES)
     pseudo_grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16")
     checkpoint_bytes_per_param: float = Field(8.0, gt=0, description="fp32 params + fp32 outer momentum")
     # Every island writes its replica, sharded over its hosts (per-island restart).
@@ -101,6 +111,13 @@ class MergeConfig(Strict):
             raise ValueError(f"h_min ({self.h_min}) must not exceed h_max ({self.h_max})")
         return self
 
+    @field_validator("phases")
+    @classmethod
+    def _in_order(cls, v: list[str]) -> list[str]:
+        if v != [p for p in MERGE_PHASES if p in v]:
+            raise ValueError(f"phases must be distinct and in the order {', '.join(MERGE_PHASES)} (got {v})")
+        return v
+
 
 class InterferenceConfig(Strict):
     """Processor-sharing weights of merge work against one serving iteration (weight 1).
@@ -111,6 +128,116 @@ class InterferenceConfig(Strict):
     gpu_stage_weight: float | None = Field(None, ge=0)
     host_ckpt_weight: float | None = Field(None, ge=0)
     host_stage_weight: float | None = Field(None, ge=0)
+
+
+# ---- on/off timetables (models.testbed.timetables) and the GPU co-tenant that follows one ------------
+# Times are seconds of simulated time, which is the testbed's serving time (0 = its `start`).
+
+
+class PeriodicTimetable(Strict):
+    """On when (t + phase_s) mod period_s <= window_s (`<` unless inclusive): Stage 10's sync windows."""
+
+    kind: Literal["periodic"]
+    period_s: float = Field(gt=0)
+    window_s: float = Field(ge=0)
+    phase_s: float = Field(0.0, ge=0)
+    inclusive: bool = True
+
+
+class PressureTimetable(Strict):
+    """On while the testbed's pressure schedule (paper_testbed.md 3.2) is high: max >= threshold."""
+
+    kind: Literal["pressure"]
+    period_s: float = Field(90.0, gt=0)
+    threshold: float = Field(0.6, ge=0, le=1)
+
+
+class BurstyTimetable(Strict):
+    """On while (t + phase_s) mod period_s < window_s (strict): the bursty profile's busy test (2.4)."""
+
+    kind: Literal["bursty"]
+    period_s: float = Field(120.0, gt=0)
+    window_s: float = Field(30.0, ge=0)
+    phase_s: float = Field(0.0, ge=0)
+
+
+class WindowsTimetable(Strict):
+    """Windows [s, s + window_s] at explicit starts: a list, or a file (one number per line, or a
+    coordinator JSONL log; path relative to the scenario). With `repeat`, time wraps mod D as the
+    replay's --sync-events-repeat did, D = `repeat_s` or the trace's own length (3.4)."""
+
+    kind: Literal["windows"]
+    starts: list[Annotated[float, Field(ge=0)]] | None = None
+    file: str | None = None
+    window_s: float = Field(8.0, ge=0)
+    repeat: bool = True
+    repeat_s: float | None = Field(None, gt=0, description="trace length D the wrap uses")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.starts is None) == (self.file is None):
+            raise ValueError("give exactly one of `starts` (a list) and `file`")
+        return self
+
+
+class MergesTimetable(Strict):
+    """A window of window_s after each merge of the run's own trainer ends."""
+
+    kind: Literal["merges"]
+    window_s: float = Field(8.0, ge=0)
+
+
+class NoTimetable(Strict):
+    kind: Literal["none"]
+
+
+class UnionTimetable(Strict):
+    """On while any of `of` is on (Stage 10's `both`: pressure or periodic sync)."""
+
+    kind: Literal["union"]
+    of: list[TimetableSpec] = Field(min_length=1)
+
+
+TimetableSpec = Annotated[
+    PeriodicTimetable
+    | PressureTimetable
+    | BurstyTimetable
+    | WindowsTimetable
+    | MergesTimetable
+    | NoTimetable
+    | UnionTimetable,
+    Field(discriminator="kind"),
+]
+UnionTimetable.model_rebuild()
+
+
+class CotenantConfig(Strict):
+    """A process on the serving GPU that computes while its timetable is on (the testbed's matmul
+    stress loop): a hold of weight `weight` on each chosen sidecar's GPU link (sim.cotenant). Its
+    weight is given, or fitted: `profile_entry` names a co-tenant of the engine profile
+    (`engine.profile`). It switches on at the first `poll_s` tick at or after a window opens (the
+    stress loop sleeps 50 ms while idle) and off when the window closes; never past horizon_s."""
+
+    timetable: TimetableSpec
+    weight: float | None = Field(None, gt=0, le=1000)
+    profile_entry: str | None = None
+    sidecars: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="sidecar indices; null: all")
+    poll_s: float = Field(0.05, ge=0, le=60)
+
+    @model_validator(mode="after")
+    def _one_weight(self):
+        if (self.weight is None) == (self.profile_entry is None):
+            raise ValueError("give exactly one of `weight` and `profile_entry` (with engine.profile)")
+        return self
+
+
+class LabelsConfig(Strict):
+    """Testbed labels on every request, read at its start (the batch start of a closed loop):
+    `sync_active` from the `sync` timetable; with `pressure`, also `max_pressure` (the 3.2 values,
+    or the bursty labels 0.95 busy / 0.20 quiet, 2.6) and `high_pressure` (max >= 0.6)."""
+
+    sync: TimetableSpec = MergesTimetable(kind="merges")
+    pressure: Annotated[PressureTimetable | BurstyTimetable, Field(discriminator="kind")] | None = None
 
 
 class PolicyConfig(Strict):
@@ -138,11 +265,39 @@ class Scenario(Strict):
     workload: dict[str, Any] = {"kind": "normal"}
     policy: PolicyConfig = PolicyConfig()
     monitor: MonitorConfig = MonitorConfig()
+    cotenant: CotenantConfig | None = None
+    testbed_labels: LabelsConfig | None = None
     # Where relative paths (traces) resolve from: the scenario file's folder. Not a YAML field.
     base_dir: str = Field(".", exclude=True)
     source: str = Field("<scenario>", exclude=True)
 
+    @model_validator(mode="after")
+    def _cotenant_sidecars(self):
+        n = self.fleet.n_sidecars
+        if self.cotenant is not None and any(i >= n for i in self.cotenant.sidecars or ()):
+            raise ValueError(f"cotenant.sidecars: the fleet has {n} sidecar(s), indices 0..{n - 1}")
+        return self
+
     def digest(self) -> str:
-        """Stable hash of everything that changes results."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """Stable hash of everything that changes results. Opt-in fields at their defaults are left
+        out, so adding one changes no existing scenario's hash (runs.csv's scenario_hash)."""
+        data = self.model_dump(mode="json")
+        default = _default_dump()
+        for dotted in OPT_IN_FIELDS:
+            *path, key = dotted.split(".")
+            node, ref = data, default
+            for part in path:
+                node, ref = node[part], ref[part]
+            if node[key] == ref[key]:
+                del node[key]
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Fields added after scenario hashes were first recorded: `digest()` skips each while at its default.
+OPT_IN_FIELDS = ("engine.profile", "merge.phases", "cotenant", "testbed_labels")
+
+
+@lru_cache(maxsize=1)
+def _default_dump() -> dict:
+    return Scenario().model_dump(mode="json")

@@ -92,7 +92,7 @@ def make_policy(
     """The run's policy on its own RNG stream; only an oracle is shown the whole arrival schedule."""
     sc = r.scenario
     rng = stream(seed, "policy", r.policy_name, draw)
-    ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, seed, draw, ref_merges, ref_steps, rng)
+    ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, seed, draw, ref_merges, ref_steps, rng, sc.base_dir)
     policy = r.policy(r.params, ctx)
     if r.policy.oracle:
         times = np.sort(np.concatenate([a.t for a in arrivals])) if arrivals else np.empty(0)

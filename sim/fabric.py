@@ -18,7 +18,9 @@ is the links' `occupant` (one engine per link: each sidecar has its own GPU and 
 fabric calls the occupant back the moment the job set on such a link changes, at the same
 simulated instant, so the engine can hand over the rest of its iteration as ordinary jobs (the
 engine ignores calls that come while it is not running on its own). The result is exact, and the
-uncontended common case costs no fabric work at all.
+uncontended common case costs no fabric work at all. An unlimited link never calls its occupant:
+every job there runs at its own cap whatever else arrives, so nothing the engine computed changes
+(and a co-tenant on an unlimited GPU leaves serving bit-identical, sim.cotenant).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class Fabric:
     def _notify(links) -> None:
         for lk in links:
             occ = lk.occupant
-            if occ is not None:
+            if occ is not None and lk.capacity != INF:
                 occ()
 
     @staticmethod

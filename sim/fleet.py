@@ -1,8 +1,9 @@
 """One simulated fleet, built from a resolved scenario and run once: the only place SimPy objects meet.
 
 Resources live in fabrics (sim.resources): one for the network and checkpoint storage, one per
-host resource. Sidecar engines (sim.engine), islands (sim.training) and merge phases (sim.merge)
-are the jobs on them; the monitor (sim.monitor) samples them and builds what the policy sees; the
+host resource. Sidecar engines (sim.engine), islands (sim.training), merge phases (sim.merge) and
+a GPU co-tenant if the scenario has one (sim.cotenant) are the jobs on them; the monitor
+(sim.monitor) samples them and builds what the policy sees; the
 lookahead bound (sim.lookahead) says how far engines may run ahead of the clock. Each part gets
 the few others it calls, never the fleet.
 """
@@ -19,11 +20,12 @@ import simpy
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import Resolved, resolve
 from wadiloco.models.latency import LatencyModel, default_latency
-from wadiloco.models.metrics import request_table, summarize
+from wadiloco.models.metrics import add_labels, request_table, summarize
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.training import ProgressModel
 from wadiloco.models.workloads import Arrivals, arrivals_hash
 from wadiloco.sim.build import checks_on, engine_host_s, make_arrivals, make_policy, make_sidecars
+from wadiloco.sim.cotenant import Cotenant
 from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
 from wadiloco.sim.monitor import Monitor
@@ -44,6 +46,7 @@ class RunResult:
     decisions: list[tuple[int, float, bool]] = field(repr=False)
     scenario_digest: str = ""  # Scenario.digest() of what ran
     policy_params: dict[str, Any] = field(default_factory=dict)  # the policy's params, defaults filled in
+    cotenant_windows: list[tuple[float, float]] = field(default_factory=list, repr=False)  # (on, off) as run
 
 
 class Fleet:
@@ -81,6 +84,10 @@ class Fleet:
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
         self.merge = MergeExecutor(env, sc, w, self.res, bound.changed)
+        ct = r.cotenant
+        gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
+        self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None
+        merged = self._merged if ct is not None and ct.timetable.merge_window_s is not None else None
         self.trainer = Trainer(
             env,
             t,
@@ -90,7 +97,8 @@ class Fleet:
             decide=self.decide,
             run_phase=self.merge.run_phase,
             bound_changed=bound.changed,
-            merged=self.progress.record_merge,
+            merged=merged or self.progress.record_merge,
+            phases=sc.merge.phases,
         )
         self.monitor = Monitor(
             env,
@@ -106,8 +114,17 @@ class Fleet:
         )
         # a running merge first: it lifts the bound without asking the others
         bound.watch(self.merge.next_work_at, self.trainer.next_decision_at, self.monitor.next_sample_at)
+        if self.cotenant is not None:
+            bound.watch(self.cotenant.next_switch_at)
         self.monitor.start()  # before the islands: same-instant events keep their order
         self.trainer.start()
+        if self.cotenant is not None:
+            self.cotenant.start()
+
+    def _merged(self, steps: int) -> None:
+        """A merge was banked: the progress model records it, a `merges` co-tenant opens a window."""
+        self.progress.record_merge(steps)
+        self.cotenant.merge_ended()
 
     def decide(self, step: int) -> bool:
         """The policy's answer for inner step `step`, from what the monitor observes now."""
@@ -136,6 +153,8 @@ class Fleet:
             self.sc.slo.tpot_s,
             merges,
         )
+        if self.r.labels is not None:
+            add_labels(req, self.r.labels.columns(req["arrival"], np.array([m.end for m in merges], dtype=float)))
         summary = self._summary(req, merges, wall)
         if self.check:
             self.check_invariants(req, merges)
@@ -151,6 +170,7 @@ class Fleet:
             list(self.trainer.decision_log),
             self.sc.digest(),
             self.r.params.model_dump(mode="json"),
+            self.cotenant.windows() if self.cotenant is not None else [],
         )
 
     def _summary(self, req: dict[str, np.ndarray], merges: list[MergeRecord], wall: float) -> dict[str, Any]:
@@ -175,6 +195,13 @@ class Fleet:
                 "peak_link_load": self.res.peak_load(),
             }
         )
+        if self.cotenant is not None:  # only then: the default summary keeps its keys
+            wins = self.cotenant.windows()
+            summary["cotenant"] = {
+                "weight": self.cotenant.plan.weight,
+                "windows": len(wins),
+                "on_s": float(sum(min(b, self.env.now) - a for a, b in wins)),
+            }
         return summary
 
     def check_invariants(self, req: dict[str, np.ndarray], merges: list[MergeRecord]) -> None:

@@ -3,9 +3,10 @@
 An engine may book iterations without yielding up to the first instant at which anything outside
 the engines could look at them or put work on their links. Each such thing is a *source* that
 says when it next will: the trainer's next policy decision (its step times are drawn ahead), the
-monitor's next sample, a merge (now, while one runs). The bound is the earliest of them, never
-past the end of the run; -inf while lookahead is off. Sources call `changed` whenever their
-instant may have moved; they are asked in the order watched, so the cheapest goes first.
+monitor's next sample, a merge (now, while one runs), a GPU co-tenant's next switch. The bound
+is the earliest of them, never past the end of the run; -inf while lookahead is off. Sources call
+`changed` whenever their instant may have moved; they are asked in the order watched, so the
+cheapest goes first.
 """
 
 from __future__ import annotations

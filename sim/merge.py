@@ -10,7 +10,6 @@ from wadiloco.models.scenario import Scenario
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import ring_allreduce_flows, route
-from wadiloco.sim.training import PHASES
 
 
 def resolve_weights(sc: Scenario) -> InterferenceWeights:
@@ -43,6 +42,7 @@ class MergeExecutor:
         self.res = res
         self.bound_changed = bound_changed
         self.active = False
+        self._last = sc.merge.phases[-1] if sc.merge.phases else None
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
 
     def next_work_at(self) -> float:
@@ -60,7 +60,7 @@ class MergeExecutor:
         pending = [j.done for j in start() if not j.done.triggered]
         if pending:
             yield self.env.all_of(pending)
-        self.active = phase != PHASES[-1]
+        self.active = phase != self._last
         self.bound_changed()
 
     def _per_host(self) -> float:

@@ -4,7 +4,9 @@ Islands step independently (each step `step_time_s` with Gaussian jitter from th
 RNG stream). The first island to finish step k asks the policy about k; nobody has passed k
 then, so a "merge at k" reaches every island in time. A merge is a barrier: islands stop at k
 until the last one arrives, then the phases below run one after another, each made of fabric
-jobs whose durations emerge from sizes and bandwidths (sim.merge):
+jobs whose durations emerge from sizes and bandwidths (sim.merge). `merge.phases` may name a subset;
+with none a merge is instantaneous (decided, start = end: the testbed's merges are only timetable
+windows of a GPU co-tenant, sim.cotenant):
 
 1. stage: each host copies its pseudo-gradient shard GPU -> pinned host over PCIe, pressing on
    the host CPU path (and on the serving GPU when the outer optimizer lives there);
@@ -24,11 +26,11 @@ from dataclasses import dataclass, field
 import simpy
 
 from wadiloco.models.rng import stream
-from wadiloco.models.scenario import TrainingConfig
+from wadiloco.models.scenario import MERGE_PHASES, TrainingConfig
 
 INF = float("inf")
 
-PHASES = ("stage", "allreduce", "outer", "ckpt")
+PHASES = MERGE_PHASES  # a scenario runs these, or the subset `merge.phases` names (none: instantaneous)
 
 
 @dataclass
@@ -64,8 +66,10 @@ class Trainer:
         run_phase: Callable[[str], Generator],
         bound_changed: Callable[[], None],
         merged: Callable[[int], None],
+        phases: Sequence[str] = PHASES,
     ):
         self.env = env
+        self.phases = tuple(phases)
         self.decide = decide
         self.run_phase = run_phase
         self.bound_changed = bound_changed
@@ -173,7 +177,7 @@ class Trainer:
     def _merge(self, rec: MergeRecord):
         env = self.env
         rec.start = env.now
-        for phase in PHASES:
+        for phase in self.phases:
             t0 = env.now
             yield from self.run_phase(phase)
             rec.phases[phase] = (t0, env.now)

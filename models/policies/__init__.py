@@ -13,6 +13,7 @@ from wadiloco.models.policies import (  # noqa: F401  (imported to register)
     offline_calibrated,
     online_forecast,
     pressure_gated,
+    replay,
     wa_diloco,
 )
 from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, Params, Policy, PolicyContext

@@ -73,6 +73,7 @@ class PolicyContext:
     reference_merges: int | None = None  # matched controls: the reference run's merge count
     reference_steps: int | None = None  # ... and the inner steps it completed
     rng: Any = None  # np.random.Generator of the policy's own stream
+    base_dir: str = "."  # the scenario's folder: relative paths in params resolve from it
 
 
 class Policy:
@@ -98,6 +99,11 @@ class Policy:
     @classmethod
     def check_corridor(cls, params: Params, h_min: int, h_max: int) -> str | None:
         """A problem with these params under this corridor (the field name), or None."""
+        return None
+
+    @classmethod
+    def check_inputs(cls, params: Params, base_dir: str) -> str | None:
+        """A problem with the inputs these params read (a file relative to `base_dir`), or None."""
         return None
 
     def prepare(self, future: FutureView) -> None:

@@ -1,0 +1,226 @@
+"""A scenario's GPU co-tenant and testbed labels, resolved once into plain numbers and exact timetables.
+
+`cotenant:` (models.scenario.CotenantConfig) becomes a `CotenantPlan`: the hold weight (given, or the
+engine profile's fitted co-tenant entry), the sidecars it presses on, and when it is on: the fixed
+windows of its timetable moved to the stress loop's poll grid (models.testbed.fluid.stress_intervals)
+plus, for a `merges` timetable, a window after each merge of the run's own trainer (known only as the
+run goes: sim.cotenant asks `merge_window`). `testbed_labels:` becomes a `LabelPlan`, which labels
+requests at their start after the run. Both are SimPy-free; models.config builds them, so a bad file
+or profile entry is an input error at load time, before anything runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from wadiloco.models.errors import InputError
+from wadiloco.models.profiles import ProfileSpec, packaged_profiles, profile_path
+from wadiloco.models.scenario import (
+    BurstyTimetable,
+    CotenantConfig,
+    LabelsConfig,
+    MergesTimetable,
+    PeriodicTimetable,
+    PressureTimetable,
+    Scenario,
+    UnionTimetable,
+    WindowsTimetable,
+)
+from wadiloco.models.schema import read_yaml, validate
+from wadiloco.models.testbed import timetables as tt
+from wadiloco.models.testbed.fluid import stress_intervals
+
+CLOCK_EPS_S = 1e-6
+MAX_WINDOWS = 2_000_000  # past this a timetable would not fit in memory: a typo (a period, repeat_s)
+
+
+@dataclass(frozen=True, eq=False)
+class TimetablePlan:
+    """A timetable as a run uses it: its fixed part (None if it has none) and the length of the
+    window after each merge end (None if it has no `merges` part)."""
+
+    fixed: tt.Timetable | None
+    merge_window_s: float | None
+
+    def active(self, t: np.ndarray, merge_ends: np.ndarray) -> np.ndarray:
+        """Membership at each t: the fixed part's own rule, or within [end, end + window] of a merge."""
+        t = np.asarray(t, dtype=np.float64)
+        on = self.fixed.active(t) if self.fixed is not None else np.zeros(t.shape, dtype=bool)
+        if self.merge_window_s is not None and len(merge_ends):
+            ends = np.sort(np.asarray(merge_ends, dtype=np.float64))
+            i = np.searchsorted(ends, t, side="right") - 1  # the latest end <= t: equal windows nest
+            on = on | ((i >= 0) & (t <= ends[np.maximum(i, 0)] + self.merge_window_s))
+        return on
+
+
+@dataclass(frozen=True, eq=False)
+class CotenantPlan:
+    weight: float
+    sidecars: tuple[int, ...]
+    timetable: TimetablePlan
+    poll_s: float
+    horizon_s: float
+
+    def fixed_windows(self) -> list[tuple[float, float]]:
+        """(on, off) of the fixed part: on at the first poll tick at or after a window opens."""
+        fixed = self.timetable.fixed
+        if fixed is None:
+            return []
+        return [(a, b) for a, b in stress_intervals(fixed.intervals, self.poll_s) if a < b]
+
+    def merge_window(self, end: float) -> tuple[float, float] | None:
+        """(on, off) of the window after a merge that ended at `end`, or None (no `merges` part, or
+        nothing of it before the horizon). On at the first poll tick at or after `end`, where a tick
+        within CLOCK_EPS_S before it counts (a trainer clock summed from 0.05-s steps drifts by
+        ~1e-10 s, more than stress_intervals' relative tolerance), and never before `end`."""
+        w = self.timetable.merge_window_s
+        if w is None:
+            return None
+        off = min(end + w, self.horizon_s)
+        on = end if self.poll_s <= 0 else max(end, math.ceil((end - CLOCK_EPS_S) / self.poll_s) * self.poll_s)
+        return (on, off) if on < off else None
+
+
+@dataclass(frozen=True, eq=False)
+class LabelPlan:
+    sync: TimetablePlan
+    pressure: PressureTimetable | BurstyTimetable | None
+    horizon_s: float
+
+    def columns(self, t: np.ndarray, merge_ends: np.ndarray) -> dict[str, np.ndarray]:
+        """The label columns of requests that start at `t` (models.metrics.add_labels adds them)."""
+        out = {"sync_active": self.sync.active(t, merge_ends)}
+        p = self.pressure
+        if isinstance(p, PressureTimetable):
+            out["max_pressure"] = tt.max_pressure(t, p.period_s)
+            out["high_pressure"] = out["max_pressure"] >= p.threshold
+        elif isinstance(p, BurstyTimetable):
+            busy = tt.bursty(p.period_s, p.window_s, p.phase_s, horizon=self.horizon_s).active(t)
+            out["max_pressure"] = np.maximum.reduce(tt.bursty_labels(busy))
+            out["high_pressure"] = out["max_pressure"] >= tt.HIGH_PRESSURE
+        return out
+
+
+# ---- building plans from a scenario ------------------------------------------------------------------
+
+
+def cotenant_plan(sc: Scenario, file: object) -> CotenantPlan | None:
+    c: CotenantConfig | None = sc.cotenant
+    if c is None:
+        return None
+    table = timetable_plan(c.timetable, sc.horizon_s, sc.base_dir, file, "cotenant.timetable")
+    sidecars = tuple(range(sc.fleet.n_sidecars)) if c.sidecars is None else tuple(sorted(set(c.sidecars)))
+    weight = c.weight if c.weight is not None else profile_weight(sc, c.profile_entry, file)
+    return CotenantPlan(float(weight), sidecars, table, c.poll_s, sc.horizon_s)
+
+
+def label_plan(sc: Scenario, file: object) -> LabelPlan | None:
+    lab: LabelsConfig | None = sc.testbed_labels
+    if lab is None:
+        return None
+    sync = timetable_plan(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
+    return LabelPlan(sync, lab.pressure, sc.horizon_s)
+
+
+def timetable_plan(spec, horizon: float, base_dir: str, file: object, where: str) -> TimetablePlan:
+    parts = spec.of if isinstance(spec, UnionTimetable) else [spec]
+    fixed: tt.Timetable | None = None
+    window: float | None = None
+    for k, part in enumerate(parts):
+        at = f"{where}.of.{k}" if isinstance(spec, UnionTimetable) else where
+        if isinstance(part, UnionTimetable):
+            sub = timetable_plan(part, horizon, base_dir, file, at)
+            table, w = sub.fixed, sub.merge_window_s
+        elif isinstance(part, MergesTimetable):
+            table, w = None, part.window_s
+        else:
+            table, w = _fixed(part, horizon, base_dir, file, at), None
+        if table is not None:
+            fixed = table if fixed is None else fixed | table
+        if w is not None:
+            window = w if window is None else max(window, w)
+    return TimetablePlan(fixed, window)
+
+
+def _check_count(n: float, file: object, where: str) -> None:
+    if n > MAX_WINDOWS:
+        msg = f"about {n:.3g} windows over the horizon (at most {MAX_WINDOWS}); check the times"
+        raise InputError(file, where, msg)
+
+
+def _fixed(spec, horizon: float, base_dir: str, file: object, where: str) -> tt.Timetable | None:
+    """The exact timetable of one fixed kind; None for `none`."""
+    if isinstance(spec, PeriodicTimetable):
+        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
+        return tt.periodic(spec.period_s, spec.window_s, spec.inclusive, horizon=horizon, phase=spec.phase_s)
+    if isinstance(spec, PressureTimetable):
+        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
+        return tt.pressure(spec.period_s, horizon=horizon, threshold=spec.threshold)
+    if isinstance(spec, BurstyTimetable):
+        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
+        return tt.bursty(spec.period_s, spec.window_s, spec.phase_s, horizon=horizon)
+    if isinstance(spec, WindowsTimetable):
+        return _windows(spec, horizon, base_dir, file, where)
+    return None  # `none`
+
+
+def _windows(spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str) -> tt.Timetable:
+    if spec.file is not None:
+        path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
+        if not path.is_file():
+            raise InputError(file, f"{where}.file", f"no such file: {path}")
+        trace = tt.load_sync_trace(path, spec.window_s)
+    else:
+        trace = tt.SyncTrace(tuple(spec.starts or ()), tt.trace_duration(spec.starts or (), spec.window_s))
+    d = spec.repeat_s if spec.repeat_s is not None else trace.duration
+    if spec.repeat and d > spec.window_s:
+        _check_count(math.ceil(horizon / d) * max(1, len(trace.starts)), file, f"{where}.repeat_s")
+    return tt.windows(trace.starts, spec.window_s, duration=d, repeat=spec.repeat, horizon=horizon)
+
+
+# ---- the co-tenant's weight from an engine profile ---------------------------------------------------
+
+
+def resolve_profile(name: str, base_dir: str, file: object) -> Path:
+    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
+        p = Path(base_dir) / p
+    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
+    if path is None:
+        known = ", ".join(packaged_profiles())
+        msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
+        raise InputError(file, "engine.profile", msg)
+    return path
+
+
+def profile_weight(sc: Scenario, entry: str, file: object) -> float:
+    if sc.engine.profile is None:
+        raise InputError(file, "engine.profile", "cotenant.profile_entry needs an engine profile: set engine.profile")
+    return _entry_weight(str(resolve_profile(sc.engine.profile, sc.base_dir, file)), entry, str(file))
+
+
+@lru_cache(maxsize=32)
+def _entry_weight(path: str, entry: str, file: str) -> float:
+    """One co-tenant entry of a profile, fitted as models.profiles.fit_profile fits it (the mean of
+    L_s / L_u - 1 over its runs) without fitting the rest of the profile (its `both` runs take ~10 s)."""
+    from wadiloco.models.testbed import fit
+
+    spec = validate(ProfileSpec, read_yaml(path), path)
+    if entry not in spec.cotenants:
+        known = ", ".join(sorted(spec.cotenants)) or "none"
+        msg = f"profile {spec.name!r} has no co-tenant {entry!r}; known: {known}"
+        raise InputError(file, "cotenant.profile_entry", msg)
+    if spec.measurements != fit.STAGE10:
+        raise InputError(path, "measurements", f"only the Stage 10 format is fitted so far ({fit.STAGE10})")
+    known_runs = {r["name"] for r in fit.stage10()["runs"]}
+    runs = spec.cotenants[entry].runs
+    for run in runs:
+        if run not in known_runs:
+            raise InputError(path, f"cotenants.{entry}.runs", f"no run {run!r} in {spec.measurements}")
+    return sum(fit.fit_run(r).weight for r in runs) / len(runs)
