@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from wadiloco.models.testbed.metrics import summarize as testbed_summary
+
 PHASE_NAMES = ("stage", "allreduce", "outer", "ckpt")
 
 # ---- a run's figures, by column name ------------------------------------------------------------
@@ -105,6 +107,18 @@ def add_labels(r: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[
                 raise ValueError(f"label {k}: {len(labels[k])} values for {len(r['arrival'])} requests")
             r[k] = np.asarray(labels[k])
     return r
+
+
+def testbed_figures(r: dict[str, np.ndarray], merges: int) -> dict[str, Any]:
+    """The testbed's own summary of a labelled run (models.testbed.metrics.summarize: request-weighted
+    percentiles, bins read at batch start), over completed requests, plus `slo_pct`: the share of all
+    requests that violate (the table's `violated`: unfinished, or over an SLO), in percent."""
+    done = r["completed"]
+    press = r["max_pressure"][done] if "max_pressure" in r else np.zeros(int(done.sum()))
+    out = testbed_summary(r["arrival"][done], r["e2e"][done], r["output"][done], r["sync_active"][done], press)
+    out["slo_pct"] = 100.0 * float(np.mean(r["violated"])) if len(r["violated"]) else math.nan
+    out["merges"] = merges
+    return out
 
 
 def _span(ab: tuple[float, float]) -> float:

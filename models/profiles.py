@@ -41,6 +41,7 @@ class ProfileSpec(Strict):
     batch_slope: RunsRef | None = Field(
         None, description="two runs of one model at different batch sizes; null: no growth with the batch"
     )
+    batch_slope_scale: float = Field(1.0, ge=0, le=100, description="times the fitted slope (sensitivity rows)")
     cotenants: dict[str, RunsRef] = {}
 
 
@@ -129,7 +130,7 @@ def fit_profile(spec: ProfileSpec, source: str) -> Profile:
         for run in refs.runs if refs else []:
             if run not in known:
                 raise InputError(source, f"{where}.runs", f"no run {run!r} in {spec.measurements}")
-    slope = _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    slope = spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
     models = {name: _model_fit(ref.runs, slope) for name, ref in spec.models.items()}
     cot = {name: _mean([fit.fit_run(r).weight for r in ref.runs]) for name, ref in spec.cotenants.items()}
     return Profile(spec, source, slope, models, cot)

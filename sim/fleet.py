@@ -20,7 +20,7 @@ import simpy
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import Resolved, resolve
 from wadiloco.models.latency import LatencyModel, default_latency
-from wadiloco.models.metrics import add_labels, request_table, summarize
+from wadiloco.models.metrics import add_labels, request_table, summarize, testbed_figures
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.training import ProgressModel
 from wadiloco.models.workloads import Arrivals, arrivals_hash
@@ -195,6 +195,8 @@ class Fleet:
                 "peak_link_load": self.res.peak_load(),
             }
         )
+        if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
+            summary["testbed"] = testbed_figures(req, len(merges))
         if self.cotenant is not None:  # only then: the default summary keeps its keys
             wins = self.cotenant.windows()
             summary["cotenant"] = {

@@ -164,3 +164,18 @@ def test_bad_params_are_input_errors(params):
     with pytest.raises(InputError) as e:
         resolve(_sc({}), "replay", params)
     assert "policy.params" in str(e.value)
+
+
+def test_harness_pressure_offset_moves_only_pressure_aware_schedules():
+    def starts(policy: str, offset: float):
+        params = {"schedule": "harness", "harness_policy": policy, "harness_pressure_offset_s": offset}
+        return make_policy("replay", params, PolicyContext(128, 512, 23)).starts
+
+    assert starts("fixed_h_512", 150.0) == starts("fixed_h_512", 0.0)  # blind to pressure
+    assert (
+        starts("pressure_gate", 0.0)
+        == make_policy(
+            "replay", {"schedule": "harness", "harness_policy": "pressure_gate"}, PolicyContext(128, 512, 23)
+        ).starts
+    )
+    assert starts("pressure_gate", 150.0) != starts("pressure_gate", 0.0)

@@ -15,7 +15,8 @@ One source (none: an empty schedule, which never merges):
 - `schedule: harness` with `harness_policy:` a name of models.testbed.harness_policies: the merge
   times of that policy's simulated harness run on the run's seed. For a seed of 3.5's table the
   harness step time is fitted so the run has the artifact's trace length D (harness_fit); other
-  seeds run with the default step time.
+  seeds run with the default step time. `harness_pressure_offset_s` moves that run's pressure clock
+  (unrecorded in the artifact: a sensitivity parameter).
 Every schedule replays as --sync-events-repeat did: with `repeat` and D > window_s, schedule time
 wraps mod D (D: `repeat_s`, else the file's last record, the harness run's D, 600 s for Stage 12,
 last start + window_s for a list). `offset_s` shifts the whole schedule (simulated time 0 is the
@@ -49,6 +50,9 @@ class ReplayParams(Params):
     file: str | None = None
     schedule: Literal["stage12_calibrated_replay", "stage12_random_matched", "harness"] | None = None
     harness_policy: str | None = Field(None, description="schedule: harness: a harness policy's name")
+    harness_pressure_offset_s: float = Field(
+        0.0, ge=0, le=1e6, description="schedule: harness: the training run's pressure clock offset (sensitivity)"
+    )
     offset_s: float = Field(0.0, ge=-1e7, le=1e7, description="added to every scheduled start")
     repeat: bool = Field(True, description="wrap schedule time mod D, as --sync-events-repeat")
     repeat_s: float | None = Field(None, gt=0, le=1e7, description="the trace length D (default: the schedule's)")
@@ -77,12 +81,15 @@ def _path(p: ReplayParams, base_dir: str) -> Path:
 
 
 @lru_cache(maxsize=64)
-def _harness(policy: str, seed: int) -> tuple[tuple[float, ...], float]:
-    """(merge times, D) of a policy's simulated harness run on `seed`, fitted to 3.5's D if it has one."""
+def _harness(policy: str, seed: int, offset: float = 0.0) -> tuple[tuple[float, ...], float]:
+    """(merge times, D) of a policy's simulated harness run on `seed`, fitted to 3.5's D if it has one;
+    `offset`: the run's pressure clock offset (models.testbed.harness assumption 3)."""
+    hp = harness.HarnessParams(pressure_offset_s=offset)
     if seed in harness.SEEDS and policy in harness.TRACE_LENGTHS:
-        run = harness_fit.fit_step_time(policy, seed, harness.TRACE_LENGTHS[policy][harness.SEEDS.index(seed)]).run
+        target = harness.TRACE_LENGTHS[policy][harness.SEEDS.index(seed)]
+        run = harness_fit.fit_step_time(policy, seed, target, hp).run
     else:
-        run = harness.run_harness(policy, seed)
+        run = harness.run_harness(policy, seed, hp)
     return run.merge_times, run.duration
 
 
@@ -96,7 +103,7 @@ def schedule(p: ReplayParams, seed: int, draw: int, base_dir: str = ".") -> tupl
     elif p.schedule == "stage12_random_matched":
         starts, d = tuple(stage12.random_matched(seed, draw)), stage12.DURATION_S
     elif p.schedule == "harness":
-        starts, d = _harness(p.harness_policy, seed)
+        starts, d = _harness(p.harness_policy, seed, p.harness_pressure_offset_s)
     else:
         starts = tuple(p.starts or ())
         d = trace_duration(starts, p.window_s)
