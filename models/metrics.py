@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from wadiloco.models.scenario import MERGE_PHASES as PHASE_NAMES  # the order a merge runs them in
 from wadiloco.models.testbed.metrics import summarize as testbed_summary
-
-PHASE_NAMES = ("stage", "allreduce", "outer", "ckpt")
 
 # ---- a run's figures, by column name ------------------------------------------------------------
 REQUESTS = "requests"

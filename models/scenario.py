@@ -96,7 +96,7 @@ class MergeConfig(Strict):
     h_max: int = Field(512, ge=1)
     # Which phases a merge runs, in this order; [] makes a merge instantaneous (the testbed has no
     # DiLoCo traffic: its "merges" are timetable windows of a co-tenant, `cotenant:`).
-    phases: list[Literal["stage", "allreduce", "outer", "ckpt"]] = list(MERGE_PHASES)
+    phases: list[Literal[MERGE_PHASES]] = list(MERGE_PHASES)
     pseudo_grad_bytes_per_param: float = Field(2.0, gt=0, description="bf16")
     checkpoint_bytes_per_param: float = Field(8.0, gt=0, description="fp32 params + fp32 outer momentum")
     # Every island writes its replica, sharded over its hosts (per-island restart).
