@@ -283,6 +283,46 @@ def test_report_and_export_rerender_from_store(tiny, tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing_here")]) == 2
 
 
+def test_parquet_export_has_struct_and_list_columns(tiny, tmp_path):
+    """params is a struct column and merge_steps a list column (not JSON text); CSV keeps JSON."""
+    import pyarrow.parquet as pq
+
+    assert main(["export", str(tiny["out"]), "--format", "parquet", "--output", str(tmp_path / "e.parquet")]) == 0
+    assert main(["export", str(tiny["out"]), "--format", "csv", "--output", str(tmp_path / "e.csv")]) == 0
+    t = pq.read_table(tmp_path / "e.parquet")
+    assert str(t.schema.field("params").type).startswith("struct<")
+    assert str(t.schema.field("merge_steps").type) == "list<element: int64>"
+    rows = t.to_pylist()
+    cs = pd.read_csv(tmp_path / "e.csv")
+
+    def present(d):  # a struct has every field of the column: absent ones are null
+        d = {k: present(v) if isinstance(v, dict) else v for k, v in (d or {}).items()}
+        return {k: v for k, v in d.items() if v not in (None, {})}
+
+    for row, (_, c) in zip(rows, cs.iterrows()):
+        assert row["merge_steps"] == json.loads(c["merge_steps"])
+        assert present(row["params"]) == present(json.loads(c["params"]))
+    fixed = [r for r in rows if r["policy_name"] == "fixed"]
+    assert fixed and all(r["params"]["H"] == 24 for r in fixed)
+
+
+@pytest.mark.parametrize(
+    "module, argv, extra",
+    [
+        ("pyarrow", ["export", "{out}", "--format", "parquet", "--output", "{tmp}/e.parquet"], "[parquet]"),
+        ("distributed", ["sweep", "{sweep}", "--out", "{tmp}/d", "--backend", "dask", "--no-progress"], "[dask]"),
+    ],
+)
+def test_missing_extra_is_named(tiny, tmp_path, capsys, monkeypatch, module, argv, extra):
+    """Without its optional dependency a feature fails with exit 2 and names the extra to install."""
+    monkeypatch.setitem(sys.modules, module, None)  # import of it now fails, as if not installed
+    args = [a.format(out=tiny["out"], tmp=tmp_path, sweep=tiny["sweep"]) for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert extra in err and f"pip install 'wadiloco-sim{extra}'" in err and "Traceback" not in err
+    assert not (tmp_path / "e.parquet").exists() and not (tmp_path / "d" / "runs.csv").exists()
+
+
 def test_rerun_needs_resume_and_other_sweeps_are_refused(tiny, tmp_path, capsys):
     out = tiny["out"]
     before = (out / "runs.csv").read_bytes()

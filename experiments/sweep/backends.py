@@ -84,10 +84,11 @@ class DaskBackend:
     name = "dask"
 
     def __init__(self, workers: int, scheduler: str | None = None, plugins: tuple[str, ...] = ()):
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError as e:  # pragma: no cover - dask is a dependency
-            raise InputError("<command line>", "--backend", f"dask.distributed is not installed ({e})") from None
+        from wadiloco.experiments.extras import require
+
+        require("distributed", "the Dask backend", "--backend")
+        from distributed import Client, LocalCluster
+
         self.cluster = None
         if scheduler:
             try:

@@ -129,24 +129,19 @@ def cmd_report(args) -> int:
 
 
 def cmd_export(args) -> int:
-    import io
-
     from wadiloco.experiments.output import write_atomic
     from wadiloco.experiments.report import FLOAT_FORMAT
-    from wadiloco.experiments.sweep.export import export_table
+    from wadiloco.experiments.sweep.export import csv_text, export_table, parquet_bytes
 
     d = Path(args.dir)
     if not d.is_dir():
         raise InputError(d, "", "no such folder")
+    if args.format == "parquet":
+        from wadiloco.experiments.extras import require
+
+        require("pyarrow", "Parquet export", "--format parquet")  # before reading the store
     df = export_table(d)
     target = Path(args.output) if args.output else d / f"export.{args.format}"
-    if args.format == "csv":
-        buf = io.StringIO()
-        df.to_csv(buf, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
-        write_atomic(target, buf.getvalue())
-    else:
-        buf = io.BytesIO()
-        df.to_parquet(buf, index=False, engine="pyarrow")
-        write_atomic(target, buf.getvalue())
+    write_atomic(target, csv_text(df, FLOAT_FORMAT) if args.format == "csv" else parquet_bytes(df))
     print(f"wrote {len(df)} runs x {df.shape[1]} columns to {target}")
     return 0
