@@ -20,7 +20,29 @@ COMMAND_MODULES = [
 ]
 
 
+DESCRIPTION = (
+    "wadiloco-sim: simulate a fleet that trains with DiLoCo and serves LLM requests on the same hardware, "
+    "and ask when an outer merge is safe. `wadiloco COMMAND --help` describes each command."
+)
+
+
+class _Help(argparse.HelpFormatter):
+    """Shows a flag's default when it has one worth saying (not None, False or an empty list)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        d = action.default
+        quiet = d is None or d is False or d is argparse.SUPPRESS or (isinstance(d, list) and not d)
+        if quiet or "%(default)" in h or "default:" in h or not action.option_strings:
+            return h
+        return f"{h} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kw)
+
     def error(self, message: str):  # argparse's default exits 2 with usage; keep it, but one paragraph
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -28,7 +50,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="wadiloco", description=__doc__.split("\n")[0])
+    from wadiloco.experiments.provenance import git_revision, version
+
+    p = _Parser(prog="wadiloco", description=DESCRIPTION)
+    rev = git_revision()
+    p.add_argument("--version", action="version", version=f"wadiloco {version()}" + (f" (git {rev})" if rev else ""))
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)

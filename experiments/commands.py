@@ -1,4 +1,4 @@
-"""Subcommands for single runs and for looking at the model: run, calibrate, policies, trace."""
+"""Subcommands for single runs and for looking at the model: run, show, calibrate, policies, trace."""
 
 from __future__ import annotations
 
@@ -6,22 +6,28 @@ import json
 import sys
 from pathlib import Path
 
+from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
+
+SEED_HELP = "random seed: every policy run on one seed sees the same requests"
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run one scenario and print a summary")
-    p.add_argument("scenario", help="scenario YAML (see scenarios/)")
-    p.add_argument("--policy", help="policy name (default: the scenario's)")
+    _scenario_args(p)
+    p.add_argument("--seed", type=int, default=0, help=SEED_HELP)
+    p.add_argument("--draw", type=int, default=0, help="draw index for randomised controls (matched_random)")
     p.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE", help="policy parameter (YAML value), repeatable"
+        "--out", help="folder for requests.csv, merges.csv, timeline.csv and summary.json (docs/data_dictionary.md)"
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--draw", type=int, default=0, help="draw index for randomised controls")
-    p.add_argument("--out", help="folder for requests.csv, merges.csv, timeline.csv and summary.json")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     p.add_argument("--check", action="store_true", help="check invariants at the end of the run")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("show", help="print a scenario as it runs: every field, defaults filled in, after --set")
+    _scenario_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("calibrate", help="print the fitted latency model and interference weights, or a profile's fit")
     p.add_argument(
@@ -30,18 +36,38 @@ def add_parser(sub) -> None:
         help="an engine profile (packaged name or YAML path) to fit and print, e.g. b200_vllm0102_eager",
     )
     p.add_argument("--file", help="calibration JSON (default: the packaged H200 measurements)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("policies", help="list merge policies with their parameters and defaults")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_policies)
 
     p = sub.add_parser("trace", help="describe a request trace (Azure CSV or Mooncake JSONL)")
-    p.add_argument("path")
-    p.add_argument("--format", default="auto", choices=["auto", "azure", "mooncake"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("path", help="trace file")
+    p.add_argument(
+        "--format", default="auto", choices=["auto", "azure", "mooncake"], help="auto: by extension, else sniffed"
+    )
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.set_defaults(func=cmd_trace)
+
+
+def _scenario_args(p) -> None:
+    """A scenario, the policy that runs it, and field overrides: what run, show, capacity and whatif take."""
+    p.add_argument("scenario", help="scenario YAML (see scenarios/; `wadiloco show` prints one resolved)")
+    p.add_argument("--policy", help="merge policy (default: the scenario's; `wadiloco policies` lists them)")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="policy parameter (YAML value), repeatable"
+    )
+    add_set_argument(p)
+
+
+def load_run(args):
+    """The scenario of a command's arguments, overrides applied and the policy chosen (a Resolved)."""
+    r = load_with_sets(args.scenario, parse_sets(args.sets))
+    if args.policy or args.param:
+        r = r.with_policy(args.policy, parse_params(args.param) if args.param else None, "<command line>", "--policy")
+    return r
 
 
 def parse_params(items: list[str]) -> dict:
@@ -60,62 +86,113 @@ def parse_params(items: list[str]) -> dict:
 
 
 def cmd_run(args) -> int:
-    from wadiloco.experiments.output import dumps, prepare_dir, requests_csv, write_atomic
+    from wadiloco.experiments import provenance
+    from wadiloco.experiments.output import dumps, prepare_dir
     from wadiloco.experiments.runner import run_one
-    from wadiloco.models.config import load
 
-    r = load(args.scenario)
-    if args.policy or args.param:
-        r = r.with_policy(args.policy, parse_params(args.param) if args.param else None, "<command line>", "--policy")
+    r = load_run(args)
     out = prepare_dir(args.out) if args.out else None
     check = True if args.check else None
     res = run_one(r, args.seed, draw=args.draw, check=check)
     # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
     s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
+    s["provenance"] = provenance.of_run(r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
-        import pandas as pd
-
-        write_atomic(out / "requests.csv", requests_csv(res.requests))
-        rows = [
-            {
-                "index": m.index,
-                "step": m.step,
-                "decided_at": m.decided_at,
-                "start": m.start,
-                "end": m.end,
-                **{f"{k}_start": v[0] for k, v in m.phases.items()},
-                **{f"{k}_end": v[1] for k, v in m.phases.items()},
-            }
-            for m in res.merges
-        ]
-        write_atomic(out / "merges.csv", pd.DataFrame(rows).to_csv(index=False))
-        write_atomic(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
-        write_atomic(out / "summary.json", dumps(s) + "\n")
+        _write_run(out, res, s)
     if args.json:
         sys.stdout.write(dumps(s) + "\n")
     else:
-        sys.stdout.write(format_summary(s) + "\n")
+        sys.stdout.write(format_summary(s, r.scenario.horizon_s, r.scenario.drain_s) + "\n")
     return 0
 
 
-def format_summary(s: dict) -> str:
+def _write_run(out, res, s: dict) -> None:
+    import pandas as pd
+
+    from wadiloco.experiments.output import dumps, requests_csv, write_atomic
+
+    write_atomic(out / "requests.csv", requests_csv(res.requests))
+    rows = [
+        {
+            "index": m.index,
+            "step": m.step,
+            "decided_at": m.decided_at,
+            "start": m.start,
+            "end": m.end,
+            **{f"{k}_start": v[0] for k, v in m.phases.items()},
+            **{f"{k}_end": v[1] for k, v in m.phases.items()},
+        }
+        for m in res.merges
+    ]
+    write_atomic(out / "merges.csv", pd.DataFrame(rows).to_csv(index=False))
+    write_atomic(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
+    write_atomic(out / "summary.json", dumps(s) + "\n")
+
+
+def cmd_show(args) -> int:
+    import yaml
+
+    from wadiloco.experiments.output import to_jsonable
+    from wadiloco.experiments.provenance import resolved_scenario
+
+    r = load_run(args)
+    data = to_jsonable(resolved_scenario(r))
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return 0
+    sc = r.scenario
+    head = [
+        f"# {sc.source}, resolved: every field with its value, defaults filled in, --set applied",
+        f"# requests arrive for horizon_s = {sc.horizon_s:g} s, then drain_s = {sc.drain_s:g} s lets those in flight"
+        f" finish: a run simulates {sc.horizon_s + sc.drain_s:g} s",
+    ]
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    sys.stdout.write("\n".join(head) + "\n" + body)
+    return 0
+
+
+def format_summary(s: dict, horizon_s: float | None = None, drain_s: float | None = None) -> str:
+    """The text summary: latencies in ms below a second, shares in percent, counts with separators."""
     ph = s["merge_phase_mean_s"]
+    span = f"{s['sim_time_s']:.0f} s simulated"
+    if horizon_s is not None and drain_s is not None:
+        span = f"{horizon_s:g} s of arrivals + {drain_s:g} s drain = {span}"
     lines = [
-        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  "
-        f"({s['sim_time_s']:.0f} s simulated in {s['wall_time_s']:.2f} s wall)",
-        f"requests            {s['requests']:>10,d}   completed {s['completed']:,d}  unfinished {s['unfinished']:,d}",
+        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  ({span} in {s['wall_time_s']:.2f} s wall)",
+        f"requests            {s['requests']:>10,d}   completed {s['completed']:,d}  unfinished {s['unfinished']:,d}"
+        + ("  (unfinished count as violations)" if s["unfinished"] else ""),
         f"SLO violation rate  {s['slo_violation_rate']:>10.2%}   "
-        f"(TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s)",
-        f"TTFT p50/p95/p99    {s['ttft_p50_s']:.3f} / {s['ttft_p95_s']:.3f} / {s['ttft_p99_s']:.3f} s",
-        f"E2E  p50/p95/p99    {s['e2e_p50_s']:.3f} / {s['e2e_p95_s']:.3f} / {s['e2e_p99_s']:.3f} s",
+        f"(TTFT <= {s['slo']['ttft_s']:g} s and TPOT <= {s['slo']['tpot_s'] * 1e3:g} ms)",
+        "TTFT p50/p95/p99    " + _latencies(s, "ttft"),
+        "TPOT p50/p95        " + _latencies(s, "tpot", (50, 95)),
+        "E2E  p50/p95/p99    " + _latencies(s, "e2e"),
         f"merges              {s['merges']:>10d}   at steps {s['merge_steps'][:12]}"
         f"{' ...' if len(s['merge_steps']) > 12 else ''}",
-        f"merge duration      {s['merge_duration_mean_s']:>10.3f} s mean: "
-        + ", ".join(f"{k} {v:.3f} s" for k, v in ph.items()),
-        "violations by phase " + ", ".join(f"{k} {v}" for k, v in s["violations_by_phase"].items()),
-        f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']} inner steps",
     ]
+    if s["merges"]:
+        lines += [
+            f"merge duration      {s['merge_duration_mean_s']:>10.2f} s mean: "
+            + ", ".join(f"{k} {_dur(v)}" for k, v in ph.items()),
+            "violations by phase " + ", ".join(f"{k} {v:,d}" for k, v in s["violations_by_phase"].items()),
+        ]
+    elif s["policy"] != "no_sync":
+        lines.append(
+            f"warning: no merge in this run ({s['inner_steps']} inner steps), so it says nothing about merges; "
+            "lengthen horizon_s (--set horizon_s=...) or shorten the policy's interval"
+        )
+    lines.append(f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']:,d} inner steps")
     return "\n".join(lines)
+
+
+def _dur(v: float | None) -> str:
+    if v is None or v != v:
+        return "n/a"
+    return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def _latencies(s: dict, name: str, qs=(50, 95, 99)) -> str:
+    vals = [s.get(f"{name}_p{q}_s") for q in qs]
+    return " / ".join(_dur(v) for v in vals)
 
 
 def cmd_calibrate(args) -> int:
@@ -191,6 +268,25 @@ def cmd_trace(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(d, indent=2, default=str) + "\n")
     else:
-        for k, v in d.items():
-            print(f"{k:>16}: {v}")
+        sys.stdout.write("\n".join(trace_lines(d)) + "\n")
     return 0
+
+
+def trace_lines(d: dict) -> list[str]:
+    """`wadiloco trace`'s description with units, rounded to what the numbers support."""
+
+    def num(v, fmt: str, unit: str = "") -> str:
+        return "n/a (needs two or more requests)" if v is None else f"{v:{fmt}}{unit}"
+
+    lines = [
+        f"{'source':>16}: {d['source']}",
+        f"{'requests':>16}: {d['rows']:,d}",
+        f"{'span':>16}: {num(d['span_s'], ',.1f', ' s')} (first to last arrival)",
+        f"{'mean rate':>16}: {num(d['mean_rate'], '.3g', ' req/s')}",
+        f"{'arrival CV':>16}: {num(d['arrival_cv'], '.2f')} (1 for Poisson, above 1 for bursty)",
+        f"{'zero gaps':>16}: {d['zero_gaps']:,d} (requests arriving at the same instant as the previous one)",
+    ]
+    for name in ("prompt", "output"):
+        stats = ", ".join(f"{k} {num(d[f'{name}_{k}'], ',.0f')}" for k in ("mean", "median", "p99", "max"))
+        lines.append(f"{name + ' tokens':>16}: {stats}")
+    return lines

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from wadiloco.models.errors import InputError
@@ -13,7 +12,7 @@ def add_parser(sub) -> None:
         "capacity", help="largest request rate per sidecar at an SLO attainment, with and without training"
     )
     _common(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("whatif", help="vary one scenario field and redo the capacity search for each value")
@@ -24,29 +23,45 @@ def add_parser(sub) -> None:
         metavar="PATH=V1,V2,...",
         help="dotted YAML path and values, e.g. fleet.interisland_gbps=10,25,100",
     )
-    p.add_argument("--out", required=True, help="folder for whatif.csv, whatif.md and whatif.png")
+    p.add_argument("--out", required=True, help="folder for whatif.csv, whatif.md, whatif.png and whatif.json")
     p.set_defaults(func=cmd_whatif)
 
 
 def _common(p) -> None:
-    p.add_argument("scenario")
-    p.add_argument("--policy", help="merge policy (default: the scenario's)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--attainment", type=float, default=0.9, help="share of requests that must meet the SLO")
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--horizon", type=float, help="override horizon_s (shorter is faster)")
-    p.add_argument("--tol", type=float, default=0.01, help="bisection stops when the load bracket is this narrow")
-    p.add_argument("--workers", type=int, default=1)
+    import os
+
+    from wadiloco.experiments.commands import _scenario_args
+
+    _scenario_args(p)
+    p.add_argument("--attainment", type=float, default=0.9, help="share of requests that must meet the SLO, in (0, 1)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1, each searched on its own (mean and CI)")
+    p.add_argument(
+        "--horizon",
+        type=float,
+        metavar="SECONDS",
+        help="override horizon_s: shorter is faster, but a run needs merges to say what training costs "
+        "(each run also drains for drain_s)",
+    )
+    p.add_argument(
+        "--tol", type=float, default=0.01, help="bisection stops when the load bracket is this narrow (load units)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes, one search per seed at a time (default: the number of cores)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _setup(args):
     from wadiloco.experiments.capacity import SearchSpec
-    from wadiloco.experiments.commands import parse_params
-    from wadiloco.models.config import check_policy, load_scenario, policy_choice
+    from wadiloco.experiments.commands import load_run, parse_params
+    from wadiloco.models.config import policy_choice
 
-    sc = load_scenario(args.scenario)
+    r = load_run(args)  # the scenario with --set applied, and the policy checked against it
+    sc = r.scenario
     policy, params = policy_choice(sc, args.policy, parse_params(args.param) if args.param else None)
-    check_policy(sc, policy, params, "<command line>", "--policy")
     if args.horizon is not None and not args.horizon > 0:
         raise InputError("<command line>", "--horizon", "must be > 0")
     if not args.tol > 0:
@@ -58,24 +73,71 @@ def _setup(args):
 
 
 def _fmt(r: dict) -> str:
-    return (
+    """One capacity answer in words, with its merge warning when the runs made too few merges."""
+    text = (
         f"{r['scenario']} / {r['policy']}: {r['max_rate_rps_per_sidecar']:.2f} req/s per sidecar "
         f"[{r['max_rate_ci_low']:.2f}, {r['max_rate_ci_high']:.2f}] at {r['attainment_target']:.0%} SLO attainment; "
         f"without merges {r['no_sync_max_rate_rps_per_sidecar']:.2f} "
-        f"[{r['no_sync_max_rate_ci_low']:.2f}, {r['no_sync_max_rate_ci_high']:.2f}]; "
-        f"training costs {r['capacity_cost_fraction']:.1%} "
-        f"[{r['capacity_cost_ci_low']:.1%}, {r['capacity_cost_ci_high']:.1%}] of serving capacity ({r['seeds']} seeds)"
+        f"[{r['no_sync_max_rate_ci_low']:.2f}, {r['no_sync_max_rate_ci_high']:.2f}]"
+    )
+    if r["policy"] == "no_sync":
+        return f"{text} ({r['seeds']} seeds)"
+    text += (
+        f"; training costs {_pct(r['capacity_cost_fraction'])} "
+        f"[{_pct(r['capacity_cost_ci_low'])}, {_pct(r['capacity_cost_ci_high'])}] of serving capacity "
+        f"({r['seeds']} seeds, {r['merges_mean']:.1f} merges per run at the answer, fewest {r['merges_min']})"
+    )
+    return text + (f"\nwarning: {r['merge_warning']}" if r["merge_warning"] else "")
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x != x else f"{x:.1%}"
+
+
+def _bar(total: int, desc: str, args):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        unit="run",
+        desc=desc,
+        file=sys.stderr,
+        disable=args.no_progress,
+        dynamic_ncols=True,
+        mininterval=0.5,
     )
 
 
 def cmd_capacity(args) -> int:
-    from wadiloco.experiments.capacity import capacity
+    from wadiloco.experiments.capacity import capacity, search_runs
     from wadiloco.experiments.output import dumps
 
     sc, policy, params, spec = _setup(args)
-    r = capacity(sc, policy, params, seeds=args.seeds, spec=spec, workers=args.workers)
-    sys.stdout.write((dumps(r) if args.json else _fmt(r)) + "\n")
+    with _bar(search_runs(spec, policy, args.seeds), "capacity", args) as bar:
+        r = capacity(sc, policy, params, seeds=args.seeds, spec=spec, workers=args.workers, bar=bar)
+    if args.json:
+        sys.stdout.write(dumps({**r, "provenance": _provenance(args, sc, policy, params, spec)}) + "\n")
+    else:
+        sys.stdout.write(_fmt(r) + "\n")
     return 0
+
+
+def _provenance(args, sc, policy: str, params: dict, spec) -> dict:
+    from dataclasses import asdict
+
+    from wadiloco.experiments import provenance
+    from wadiloco.experiments.overrides import parse_sets
+
+    return {
+        **provenance.software(),
+        "scenario_file": sc.source,
+        "overrides": dict(parse_sets(args.sets)),
+        "policy": policy,
+        "policy_params": params,
+        "seeds": list(range(args.seeds)),
+        "search": asdict(spec),
+        "scenario": sc.model_dump(mode="json"),
+    }
 
 
 def parse_vary(text: str) -> tuple[str, list]:
@@ -93,76 +155,74 @@ def parse_vary(text: str) -> tuple[str, list]:
 def cmd_whatif(args) -> int:
     import pandas as pd
 
-    from wadiloco.experiments.capacity import capacity
-    from wadiloco.experiments.output import prepare_dir, write_atomic
+    from wadiloco.experiments.capacity import capacity, search_runs
+    from wadiloco.experiments.output import dumps, prepare_dir, write_atomic
     from wadiloco.models.config import with_overrides
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)
     variants = [(v, with_overrides(sc, {path: v})) for v in values]  # validate all before running any
     out = prepare_dir(args.out)
-    rows = []
-    for v, scv in variants:
-        r = capacity(scv, policy, params, seeds=args.seeds, spec=spec, workers=args.workers)
-        rows.append({path: v, **{k: r[k] for k in r if not k.startswith(("per_seed", "no_sync_per_seed"))}})
-        print(f"{path}={v}: " + _fmt(r), file=sys.stderr)
+    rows, lines = [], []
+    with _bar(len(variants) * search_runs(spec, policy, args.seeds), "whatif", args) as bar:
+        for v, scv in variants:
+            r = capacity(scv, policy, params, seeds=args.seeds, spec=spec, workers=args.workers, bar=bar)
+            rows.append({path: v, **{k: r[k] for k in r if not k.startswith(("per_seed", "no_sync_per_seed"))}})
+            lines.append(f"{path}={v}: " + _fmt(r))
+            bar.write(lines[-1], file=sys.stderr)
     df = pd.DataFrame(rows)
     write_atomic(out / "whatif.csv", df.to_csv(index=False))
-    cols = [
-        path,
-        "max_rate_rps_per_sidecar",
-        "max_rate_ci_low",
-        "max_rate_ci_high",
-        "no_sync_max_rate_rps_per_sidecar",
-        "capacity_cost_fraction",
-    ]
-    write_atomic(
-        out / "whatif.md", df[cols].to_markdown(index=False) if _has_tabulate() else df[cols].to_string(index=False)
-    )
+    write_atomic(out / "whatif.md", _markdown(df, path))
     write_atomic(out / "whatif.png", _figure(df, path, policy))
-    print(json.dumps({"out": str(out), "rows": len(rows)}))
+    write_atomic(out / "whatif.json", dumps({"provenance": _provenance(args, sc, policy, params, spec), "vary": path}))
+    warned = [r[path] for r in rows if r["merge_warning"]]
+    print(f"{len(rows)} values of {path}: whatif.csv, whatif.md, whatif.png, whatif.json in {out}")
+    if warned:
+        print(f"warning: at {path} = {', '.join(map(str, warned))} the runs made too few merges (see above)")
     return 0
 
 
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
+def _markdown(df, path: str) -> str:
+    """The table a reader sees: rates in req/s, the cost in percent, merges per run beside it."""
+    t = df[[path]].copy()
+    t["max rate (req/s/sidecar) [CI]"] = [
+        f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+        for m, lo, hi in zip(df["max_rate_rps_per_sidecar"], df["max_rate_ci_low"], df["max_rate_ci_high"])
+    ]
+    t["no_sync max rate (req/s/sidecar)"] = [f"{x:.2f}" for x in df["no_sync_max_rate_rps_per_sidecar"]]
+    t["training cost (%) [CI]"] = [
+        f"{_pct(m)} [{_pct(lo)}, {_pct(hi)}]"
+        for m, lo, hi in zip(df["capacity_cost_fraction"], df["capacity_cost_ci_low"], df["capacity_cost_ci_high"])
+    ]
+    t["merges per run (mean, min)"] = [f"{m:.1f}, {n}" for m, n in zip(df["merges_mean"], df["merges_min"])]
+    t["warning"] = [w or "" for w in df["merge_warning"]]
+    return t.to_markdown(index=False) + "\n"
 
 
 def _figure(df, path: str, policy: str) -> bytes:
-    import io
+    """Capacity against the varied field: on a log axis at the values themselves when they are
+    positive numbers (10, 25, 100 Gb/s are not evenly spaced), as categories otherwise."""
+    from wadiloco.experiments.figures import Figure, png_bytes, style
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    x = list(range(len(df)))
-    for col, lo, hi, label in (
-        ("max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high", policy),
-        (
-            "no_sync_max_rate_rps_per_sidecar",
-            "no_sync_max_rate_ci_low",
-            "no_sync_max_rate_ci_high",
-            "no_sync (no training)",
-        ),
-    ):
-        y = df[col].to_numpy()
-        ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), df[hi].to_numpy() - y], marker="o", capsize=4, label=label)
-    ax.set_xticks(x, [str(v) for v in df[path]])
-    ax.set_xlabel(path)
-    ax.set_ylabel("max request rate per sidecar (req/s)")
-    ax.set_title(f"Serving capacity at {df['attainment_target'].iloc[0]:.0%} SLO attainment")
-    ax.legend()
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return buf.getvalue()
+    with style():
+        fig = Figure(figsize=(6, 4))
+        ax = fig.add_subplot()
+        vals = list(df[path])
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)
+        x = [float(v) for v in vals] if numeric else list(range(len(vals)))
+        for col, lo, hi, label in (
+            ("max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high", policy),
+            ("no_sync_max_rate_rps_per_sidecar", "no_sync_max_rate_ci_low", "no_sync_max_rate_ci_high", "no_sync"),
+        ):
+            y = df[col].to_numpy()
+            ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), df[hi].to_numpy() - y], marker="o", capsize=4, label=label)
+        if numeric and len(set(x)) > 1 and max(x) / min(x) >= 4:
+            ax.set_xscale("log")
+        ax.set_xticks(x, [str(v) for v in vals])
+        ax.minorticks_off()
+        ax.set_xlabel(path)
+        ax.set_ylabel("max request rate per sidecar (req/s)")
+        ax.set_title(f"Serving capacity at {df['attainment_target'].iloc[0]:.0%} SLO attainment")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        return png_bytes(fig, dpi=120)

@@ -53,6 +53,11 @@ def _outputs(scenario: Path, args: list[str], out: Path, capsys) -> dict:
     # The digest hashes the scenario, its trace's absolute path included, so it depends on where the
     # checkout is: checked against the scenario that ran rather than stored.
     assert summary.pop("scenario_digest") == load_scenario(scenario).digest()
+    # Provenance names the version and git revision, which move with every commit: checked, not stored.
+    prov = summary.pop("provenance")
+    assert prov["policy"] == summary["policy"] and prov["policy_params"] == summary["policy_params"]
+    assert prov["seed"] == summary["seed"] and prov["scenario"]["name"] == summary["scenario"]
+    assert prov["version"] and prov["scenario_file"] == str(scenario)
     return {
         "args": args,
         "summary": summary,

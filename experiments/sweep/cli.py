@@ -37,7 +37,10 @@ def add_parser(sub) -> None:
         help="worker processes (default: the number of cores; with --scheduler: the cluster's)",
     )
     p.add_argument(
-        "--backend", choices=["local", "dask"], default="local", help="local worker processes (default) or Dask"
+        "--backend",
+        choices=["local", "dask"],
+        default="local",
+        help="local worker processes, or Dask (needs the [dask] extra)",
     )
     p.add_argument("--scheduler", metavar="ADDR", help="address of an existing Dask scheduler (implies --backend dask)")
     p.add_argument("--resume", action="store_true", help="continue a sweep in --out: skip completed runs, retry failed")
@@ -47,12 +50,12 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("report", help="re-render a sweep's CSVs, figures and report from its store")
     p.add_argument("dir", help="a sweep's output folder")
-    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures (CSVs and report only)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", help="export a sweep's store as one tidy table (one row per run)")
     p.add_argument("dir", help="a sweep's output folder")
-    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="parquet needs the [parquet] extra")
     p.add_argument("--output", help="file to write (default: DIR/export.csv or DIR/export.parquet)")
     p.set_defaults(func=cmd_export)
 

@@ -1,0 +1,74 @@
+"""What produced an output: package version, git revision, and the exact run it records.
+
+Every result a command writes carries this, so a folder found later says what made it: the
+resolved scenario (every default filled in), the policy with its params, seed and draw, the
+package version and, when the package runs from a git checkout, the revision (with `+dirty`
+when the checkout has uncommitted changes). No clock time, so equal runs give equal files.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+from typing import Any
+
+DIST = "wadiloco-sim"
+
+
+@functools.cache
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version(DIST)
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+@functools.cache
+def git_revision() -> str | None:
+    """The checkout's commit (`+dirty` if it has uncommitted changes), or None outside git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{rev}+dirty" if dirty else rev or None
+
+
+def software() -> dict[str, Any]:
+    return {"version": version(), "git_revision": git_revision()}
+
+
+def resolved_scenario(r) -> dict[str, Any]:
+    """A models.config.Resolved as a plain mapping: the scenario with every default, its workload's
+    params with theirs, and the policy that runs with its validated params."""
+    data = r.scenario.model_dump(mode="json")
+    data["workload"] = r.workload.model_dump(mode="json")
+    data["policy"] = {"name": r.policy_name, "params": r.params.model_dump(mode="json")}
+    return data
+
+
+def of_run(r, seed: int, draw: int, sets: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+    """Provenance of one run of the resolved scenario `r`."""
+    return {
+        **software(),
+        "scenario_file": r.scenario.source,
+        "overrides": {path: value for path, value in sets or []},
+        "policy": r.policy_name,
+        "policy_params": r.params.model_dump(mode="json"),
+        "seed": seed,
+        "draw": draw,
+        "scenario": resolved_scenario(r),
+    }
