@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import simpy
 
+from wadiloco.models.batching import TODAYS_STEP, EngineStep
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.fabric import Fabric
 
@@ -20,11 +21,13 @@ def run_engine(
     host_s: float,
     fast_forward: bool = True,
     until: float | None = None,
+    step: EngineStep = TODAYS_STEP,
 ) -> tuple[Sidecar, simpy.Environment]:
     """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`)."""
     env = simpy.Environment()
     gpu = Fabric(env, "bench/gpu0").link("gpu0", 1.0)
     cpu = Fabric(env, "bench/cpu").link("cpu", 1.0)
+    front = Fabric(env, "bench/front").link("front", 1.0) if step.frontend else None
     sc = Sidecar(
         env,
         0,
@@ -36,6 +39,8 @@ def run_engine(
         gpu=gpu,
         host=cpu,
         fast_forward=fast_forward,
+        step=step,
+        front=front,
     )
     env.run(until)
     return sc, env

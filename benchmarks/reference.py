@@ -15,8 +15,10 @@ The model (SPEC.md section 2, vLLM v1 scheduling order), one iteration at a time
    is left; then waiting requests are admitted FCFS while budget is left and fewer than
    `max_num_seqs` requests are running (decoding or prefilling). Admission time = now.
 4. The GPU part is g = a + b*prefill_tokens + c*sum(context of decoding requests) + d*batch,
-   batch = decoding requests + requests with a chunk; the host part is `host_s`; with no
-   contention the iteration takes max(host_s, g).
+   batch = decoding requests + requests with a chunk; the host part is
+   h = host_s + h1*batch + h2*(decode tokens + prefill tokens), the frontend part
+   f = fq*(requests admitted in it) + ft*(output tokens it produces); with no contention the
+   iteration takes max(h, f, g), or h + f + g for a `sequential` engine (vLLM V0 order).
 5. At the end every decoding request has one more token; a request whose prompt is now fully
    computed has its first token (first_token = end) and joins the decoders with context
    prompt + 1 (or finishes at once if it wants one output token); a decoder that has produced all
@@ -63,6 +65,11 @@ def serve(
     host_s: float,
     until: float = float("inf"),
     check: bool = False,
+    sequential: bool = False,
+    h1: float = 0.0,
+    h2: float = 0.0,
+    fq: float = 0.0,
+    ft: float = 0.0,
 ) -> ReferenceResult:
     """Serve requests (arrival times `t`, sorted; token counts `prompt`, `output` >= 1) on one
     sidecar with latency model `lat` (fields a, b, c, d). Like simpy's run(until=...), nothing at or
@@ -118,17 +125,21 @@ def serve(
             take = min(prompt[rid], budget)
             chunks.append((rid, take))
             budget -= take
-        pf = 0
-        for _, take in chunks:
+        pf = new = completing = 0
+        for rid, take in chunks:
             pf += take
+            new += done_tokens[rid] == 0
+            completing += done_tokens[rid] + take >= prompt[rid]
         if check:
             ctx = sum(prompt[r] + 1 + (diter - dec_since[r]) for r in decoders)
             assert ctx == sum_ctx and len(decoders) == n_dec, (ctx, sum_ctx, len(decoders), n_dec)
         g = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+        hi = h + h1 * (n_dec + len(chunks)) + h2 * (n_dec + pf)
+        f = fq * new + ft * (n_dec + completing)
         cur_chunks = chunks
         busy = True
         iterations += 1
-        push(heap, (now + (h if h > g else g), ITER_END, 0))
+        push(heap, (now + (hi + f + g if sequential else max(hi, f, g)), ITER_END, 0))
 
     while heap:
         now, kind, rid = pop(heap)

@@ -6,14 +6,68 @@ constant and the GPU part grows by dg = c*B per iteration because every sequence
 by one token. The first m iterations are host-bound (h > g_i), the rest GPU-bound, so the
 run's length is a sum of a constant part and an arithmetic series.
 
+Engine generations (`EngineStep`) change only what h and g0 are, never the form: with host work h
+(scheduler, input preparation, sampling, detokenisation: h0 + h1*batch + h2*scheduled_tokens, on
+the engine's CPU path) and frontend work f (the API server: per request and per output token, on
+its own CPU path), an `overlapped` iteration (vLLM V1, async scheduling) takes max(h, f, g) and a
+`sequential` one (vLLM V0: schedule, then the GPU step, then output processing) takes h + g + f.
+So an overlapped run is run_time(k, g0, dg, max(h, f)) and a sequential one is
+run_time(k, h + f + g0, dg, 0), a sum of h + g terms (`compose` gives the pair).
+
 This module is the only place that length is computed: the serving core (models/serving.py)
 times a step with `run_time` (or `reach`, to stop at an arrival) and divides an interrupted
-one with `split`.
+one with `split` (and `rest`, for the work left in the iteration it stopped in).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
+
+
+class EngineStep(NamedTuple):
+    """How an iteration's host work is sized and composed with its GPU work (besides the fixed
+    host time h0 = engine.host_overhead_s). The defaults are today's engine: overlapped, host work
+    independent of the batch, no frontend path."""
+
+    sequential: bool = False  # vLLM V0 order (h + g + f) instead of V1's overlap (max(h, f, g))
+    host_per_seq_s: float = 0.0  # h1: per sequence in the batch (sampling, per-request bookkeeping)
+    host_per_token_s: float = 0.0  # h2: per scheduled token (input preparation)
+    front_per_request_s: float = 0.0  # API server: per admitted request (parsing, tokenisation)
+    front_per_token_s: float = 0.0  # API server: per output token (detokenisation, streaming)
+
+    @property
+    def frontend(self) -> bool:
+        return self.front_per_request_s > 0 or self.front_per_token_s > 0
+
+
+TODAYS_STEP = EngineStep()  # overlapped, constant host work, no frontend
+
+
+def compose(g: float, h: float, f: float, sequential: bool) -> tuple[float, float]:
+    """The (g0, h) pair `run_time` takes for an iteration with GPU time g, host time h and frontend
+    time f (each already at its link's speed). models/serving.py inlines it."""
+    if sequential:
+        return h + f + g, 0.0
+    return g, (f if f > h else h)
+
+
+def rest(e: float, g: float, h: float, f: float, speeds: tuple[float, float, float], sequential: bool):
+    """The (GPU, host, frontend) work left of an iteration with work g, h, f run for e seconds at
+    `speeds` (rg, rh, rf): in overlap every part ran all along; in sequence host, then GPU, then
+    frontend. A part that is done has 0."""
+    rg, rh, rf = speeds
+    if not sequential:
+        g, h, f = g - e * rg, h - e * rh, f - e * rf
+    else:
+        th, tg = h / rh, g / rg
+        if e < th:
+            h -= e * rh
+        elif e < th + tg:
+            g, h = g - (e - th) * rg, 0.0
+        else:
+            g, h, f = 0.0, 0.0, f - (e - th - tg) * rf
+    return (g if g > 0 else 0.0), (h if h > 0 else 0.0), (f if f > 0 else 0.0)
 
 
 def host_bound_count(k: int, g0: float, dg: float, h: float) -> int:

@@ -61,6 +61,19 @@ class EngineConfig(Strict):
     # An engine profile (models.profiles: a packaged name, or a YAML path relative to the scenario)
     # that other blocks read fitted numbers from, e.g. `cotenant.profile_entry`.
     profile: str | None = None
+    # Engine generation: how host and GPU work compose in a step (models.batching.EngineStep).
+    # overlapped = vLLM V1 (async scheduling: the scheduler and output processing run beside the
+    # GPU step, so a step takes max(h, f, g)); sequential = vLLM V0 (schedule, then the GPU step,
+    # then output processing: h + g + f). vLLM blog 2024-09-05 (v0.6.0); REFERENCES.md.
+    step: Literal["overlapped", "sequential"] = "overlapped"
+    # Host time per step is host_overhead_s + host_per_seq_s*batch + host_per_token_s*scheduled
+    # tokens. 0 = today's constant; docs/engine.md gives per-generation values and their sources.
+    host_per_seq_s: float = Field(0.0, ge=0, le=1)
+    host_per_token_s: float = Field(0.0, ge=0, le=1)
+    # The API server (frontend) on its own CPU path of the host, where merge CPU work presses too:
+    # per admitted request (parse, tokenise) and per output token (detokenise, stream). 0 = none.
+    frontend_per_request_s: float = Field(0.0, ge=0, le=10)
+    frontend_per_token_s: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -295,7 +308,17 @@ class Scenario(Strict):
 
 
 # Fields added after scenario hashes were first recorded: `digest()` skips each while at its default.
-OPT_IN_FIELDS = ("engine.profile", "merge.phases", "cotenant", "testbed_labels")
+OPT_IN_FIELDS = (
+    "engine.profile",
+    "merge.phases",
+    "cotenant",
+    "testbed_labels",
+    "engine.step",
+    "engine.host_per_seq_s",
+    "engine.host_per_token_s",
+    "engine.frontend_per_request_s",
+    "engine.frontend_per_token_s",
+)
 
 
 @lru_cache(maxsize=1)

@@ -13,8 +13,11 @@ rules independently, as the tests' oracle):
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
    already prefilling get the next chunk of their prompt first (in order); then waiting requests
    are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
-3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (models.latency) and host work h run
-   at once; at speeds rg and rh (1 alone) the iteration takes max(h/rh, g/rg).
+3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (models.latency), host work
+   h = h0 + h1*batch + h2*scheduled_tokens on the engine's CPU path and frontend work f (the API
+   server: per admitted request and per output token, on its own CPU path; `front_work`); at
+   speeds rg, rh, rf (1 alone) an overlapped iteration (vLLM V1) takes max(h/rh, f/rf, g/rg), a
+   sequential one (vLLM V0) h/rh + g/rg + f/rf (models.batching: EngineStep, compose).
 4. At its end every decoder has one more token; a request whose prompt is now fully computed
    has its first token and decodes with context prompt + 1 (or finishes, if it wants one output
    token: `first_tokens`); a decoder with all its output tokens finishes.
@@ -41,7 +44,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from wadiloco.models.batching import reach, run_time, split
+from wadiloco.models.batching import TODAYS_STEP, EngineStep, compose, reach, rest, run_time, split
 
 NAN = math.nan
 FULL_SPEED = (1.0, 1.0)
@@ -60,12 +63,14 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
-    def speeds(self) -> tuple[float | None, float | None]:
-        """The engine's speed on its GPU and its host (constant until the jobs there change), or
-        None for a link whose sharing is the fabric's to decide (then `shared` runs the step)."""
+    def speeds(self) -> tuple[float | None, float | None, float | None]:
+        """The engine's speed on its GPU, its host and its frontend path (constant until the jobs
+        there change; 1 for a frontend it does not have), or None for a link whose sharing is the
+        fabric's to decide (then `shared` runs the step)."""
 
-    def shared(self, g: float, h: float) -> Generator:
-        """Run GPU work g and host work h as jobs among the others; returns when both are done."""
+    def shared(self, g: float, h: float, f: float, sequential: bool) -> Generator:
+        """Run GPU work g, host work h and frontend work f as jobs among the others, all at once
+        or (sequential) one after the other in the order h, g, f; returns when all are done."""
 
 
 class Bound(Protocol):
@@ -107,8 +112,9 @@ class EngineState:
     them here at every step, so whenever anything else runs this is the state as of `now`."""
 
     __slots__ = (
-        # configuration: limits, latency model, host work per iteration
-        ("max_seqs", "budget", "a", "b", "c", "d", "h")
+        # configuration: limits, latency model, host work per iteration (h + h1*batch + h2*tokens),
+        # frontend work (fq per admitted request, ft per output token), sequential step or not
+        ("max_seqs", "budget", "a", "b", "c", "d", "h", "h1", "h2", "fq", "ft", "seq", "front")
         # per-request inputs and results
         + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
         # queues
@@ -117,9 +123,22 @@ class EngineState:
         + ("n_dec", "sum_ctx", "diter", "n_finished", "contended", "now", "log")
     )
 
-    def __init__(self, t, prompt, output, lat, *, max_num_seqs: int, max_num_batched_tokens: int, host_s: float):
+    def __init__(
+        self,
+        t,
+        prompt,
+        output,
+        lat,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        host_s: float,
+        step: EngineStep = TODAYS_STEP,
+    ):
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
+        self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
+        self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
         self.n = n = len(t)
         self.t_arr = packed(t, "d", np.float64)
         self.prompt = packed(prompt, "q", np.int64)
@@ -184,6 +203,20 @@ class EngineState:
             room -= 1
         return chunks, budget0 - n_dec - budget
 
+    def front_work(self, chunks: list[tuple[int, int]] | None, n_dec: int) -> float:
+        """The API server's CPU time for an iteration: fq per request admitted in it (a new
+        admission has no prompt token computed yet) and ft per output token it produces (one per
+        decoder, and a first token for each chunk that completes its prompt)."""
+        if not chunks:
+            return self.ft * n_dec
+        prefilled, prompt = self.prefilled, self.prompt
+        new = tokens = 0
+        for rid, take in chunks:
+            got = prefilled[rid]
+            new += got == 0
+            tokens += got + take >= prompt[rid]
+        return self.fq * new + self.ft * (n_dec + tokens)
+
     def first_tokens(self, chunks, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
         first tokens, new decoders (and requests wanting one output token, finished). Returns
@@ -213,20 +246,29 @@ class EngineState:
         return n_dec, sum_ctx
 
 
-def _shared_step(st: EngineState, clock: Clock, g: float, h: float, t_sim: float, now: float):
-    """One iteration (what is left of it: GPU work g, host work h) as jobs among the others,
+def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
+    """One iteration (what is left of it: GPU, host and frontend `work`) as jobs among the others,
     from the engine's clock `now`; returns the time it ends."""
     st.contended += 1
     if t_sim != now:  # (cannot happen: work on the links clears the lookahead bound)
         yield clock.wait(delay_to(t_sim, now))
-    yield from clock.shared(g, h)
+    yield from clock.shared(*work, st.seq)
     return clock.now()
 
 
+def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, work: tuple[float, float, float], end: float):
+    """A run cut short at `end`, `done` iterations in: book those (they ran at the old speeds) and
+    run the `work` left of the next one as shared work; returns the time it ends."""
+    st.diter += done
+    st.sum_ctx += st.n_dec * done
+    st.contended += done if slowed else 0
+    return (yield from _shared_step(st, clock, work, end, end))
+
+
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
-    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done. See the
-    module docstring for what a step is and when one is booked without a wait."""
-    t_arr, n, h, max_seqs, a, b, c, d = st.t_arr, st.n, st.h, st.max_seqs, st.a, st.b, st.c, st.d
+    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module docstring)."""
+    t_arr, n, h0, max_seqs, a, b, c, d = st.t_arr, st.n, st.h, st.max_seqs, st.a, st.b, st.c, st.d
+    h1, h2, hn, seq, front, mixed = st.h1, st.h2, st.h1 + st.h2, st.seq, st.front, st.seq or st.front
     waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
     prompt, output, pop = st.prompt, st.output, heapq.heappop
     gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
@@ -263,28 +305,32 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
                 yield wait(span if t_sim == now else delay_to(t_sim, end))
                 t_sim = end
             continue
-        if prefilling or waiting:  # rules 2 and 3
+        if prefilling or waiting:  # rules 2 and 3 (host work: h0 + h1*batch + h2*scheduled tokens)
             chunks, pf = st.admit(now, n_dec)
             g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
-        else:
-            chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+            h = h0 + h1 * (n_dec + len(chunks)) + h2 * (n_dec + pf)
+        else:  # the values above with no chunk (a + b*0 == a exactly; h's, up to rounding when h1, h2 > 0)
+            chunks, g0, h = None, a + c * sum_ctx + d * n_dec, h0 + hn * n_dec
+        f = st.front_work(chunks, n_dec) if front else 0.0
         dg = c * n_dec
-        rg = rh = 1.0
-        sg, sdg, sh = g0, dg, h
-        if gpu_jobs or host_jobs:
-            rg, rh = clock.speeds()
-            if rg is None or rh is None:  # the links are shared: the iteration's work goes to them
-                end = t_sim = yield from _shared_step(st, clock, g0, h, t_sim, now)
+        rg = rh = rf = 1.0
+        sg, sdg, sh, sf = g0, dg, h, f
+        if gpu_jobs or host_jobs:  # (merge work on the frontend's link comes with work on the host's)
+            rg, rh, rf = clock.speeds()
+            if rg is None or rh is None or rf is None:  # the links are shared: the iteration's work goes to them
+                end = t_sim = yield from _shared_step(st, clock, (g0, h, f), t_sim, now)
                 k, slowed = 1, False
                 continue
-            sg, sdg, sh = g0 / rg, dg / rg, h / rh
+            sg, sdg, sh, sf = g0 / rg, dg / rg, h / rh, f / rf
+        if mixed:  # a sequential step or a frontend path: what the closed forms take (g0, h)
+            sg, sh = compose(sg, sh, sf, seq)
         k, span = 1, (sh if sh > sg else sg)
         if ff and n_dec and not chunks:
             k = fin_heap[0][0] - diter  # >= 1: finished requests were popped
             span = run_time(k, sg, sdg, sh)
             if k > 1 and i < n and n_dec < max_seqs and span > t_arr[i] - now:
                 k, span = reach(t_arr[i] - now, sg, sdg, sh, k)  # stop for an arrival it could admit
-        slowed = rg < 1.0 or rh < 1.0
+        slowed = rg < 1.0 or rh < 1.0 or rf < 1.0
         end = now + span
         if end < bound.until:
             continue
@@ -296,10 +342,6 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             end = clock.now()
             done, e = split(end - now, sg, sdg, sh, k)  # the iterations done ran at the old speeds
             if done < k:
-                diter += done
-                sum_ctx += n_dec * done
-                st.contended += done if slowed else 0
-                k, slowed = 1, False
-                st.diter, st.sum_ctx = diter, sum_ctx
-                end = yield from _shared_step(st, clock, g0 + done * dg - e * rg, h - e * rh, end, end)
+                end = yield from _cut(st, clock, done, slowed, rest(e, g0 + done * dg, h, f, (rg, rh, rf), seq), end)
+                k, slowed, diter, sum_ctx = 1, False, st.diter, st.sum_ctx
         t_sim = end

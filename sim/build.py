@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from wadiloco.models.batching import EngineStep
 from wadiloco.models.capacity import sidecar_capacity_rps
 from wadiloco.models.config import Resolved
 from wadiloco.models.interference import InterferenceWeights
@@ -35,6 +36,18 @@ def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
     return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
 
 
+def engine_step(sc: Scenario) -> EngineStep:
+    """The engine generation and its host work beyond the fixed part (models.batching.EngineStep)."""
+    e = sc.engine
+    return EngineStep(
+        sequential=e.step == "sequential",
+        host_per_seq_s=e.host_per_seq_s,
+        host_per_token_s=e.host_per_token_s,
+        front_per_request_s=e.frontend_per_request_s,
+        front_per_token_s=e.frontend_per_token_s,
+    )
+
+
 def make_arrivals(
     r: Resolved, seed: int, lat: LatencyModel, host_s: float, injected: list[Arrivals] | None = None
 ) -> tuple[list[Arrivals], float | None]:
@@ -47,7 +60,9 @@ def make_arrivals(
 
     def capacity(mean_prompt: float, mean_output: float) -> float:
         e = sc.engine
-        cap = sidecar_capacity_rps(lat, e.max_num_seqs, host_s, mean_prompt, mean_output, e.max_num_batched_tokens)
+        cap = sidecar_capacity_rps(
+            lat, e.max_num_seqs, host_s, mean_prompt, mean_output, e.max_num_batched_tokens, engine_step(sc)
+        )
         seen_caps.append(cap)
         return cap
 
@@ -67,7 +82,7 @@ def make_sidecars(
     env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, hosts: list[HostRes], la: Lookahead
 ) -> list[Sidecar]:
     """One engine per sidecar, on its host's GPU and CPU path; `la` bounds how far it runs ahead."""
-    per_host = sc.fleet.sidecars_per_host
+    per_host, step = sc.fleet.sidecars_per_host, engine_step(sc)
     return [
         Sidecar(
             env,
@@ -81,6 +96,8 @@ def make_sidecars(
             host=hosts[s // per_host].cpus[s % per_host],
             fast_forward=sc.engine.fast_forward,
             lookahead=la,
+            step=step,
+            front=hosts[s // per_host].fronts[s % per_host] if step.frontend else None,
         )
         for s in range(sc.fleet.n_sidecars)
     ]

@@ -2,8 +2,9 @@
 
 What the engine does (admission, chunked prefill, closed-form decode runs, booking) is
 models/serving.py, SimPy-free; its coroutine `serve` is the sidecar's SimPy process, and the
-`Sidecar` is the `Clock` it runs on. An iteration needs GPU work g and host work h at the same
-time; it ends when both are done.
+`Sidecar` is the `Clock` it runs on. An iteration needs GPU work g, host work h and (with a
+frontend link) frontend work f, at the same time (overlapped) or one after the other (sequential:
+h, g, f; docs/engine.md); it ends when all are done.
 
 Fast path: when the engine's GPU and host links carry no other job, an iteration takes exactly
 max(h, g) and needs no fabric work; when only merge holds press on them, it runs at their
@@ -25,6 +26,7 @@ import math
 
 import simpy
 
+from wadiloco.models.batching import TODAYS_STEP, EngineStep
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.serving import EngineState, delay_to, serve
 from wadiloco.sim.fabric import Fabric, Link
@@ -68,6 +70,8 @@ class Sidecar:
         host: Link,
         fast_forward: bool = True,
         lookahead: Lookahead | None = None,
+        step: EngineStep = TODAYS_STEP,
+        front: Link | None = None,
     ):
         self.env = env
         self.idx = idx
@@ -80,17 +84,22 @@ class Sidecar:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             host_s=host_s,
+            step=step,
         )
+        if step.frontend and front is None:
+            raise ValueError("an engine with frontend work needs a frontend link")
         self.admitted, self.first_token, self.finish = core.admitted, core.first_token, core.finish
         # queries on the present state: queue_len(now), running(), counts(now) (models.serving)
         self.queue_len, self.running, self.counts = core.queue_len, core.running, core.counts
-        self.gpu, self.host = gpu, host
+        self.gpu, self.host, self.front = gpu, host, front
         self.gpu_jobs, self.host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
         self.wait = env.timeout
         # The engine stays its links' occupant for good; `interruptible` says whether a call from
         # the fabric finds it in a wait it can cut short.
         self.interruptible = False
         gpu.occupant = host.occupant = self._wake
+        if front is not None:
+            front.occupant = self._wake
         self.la = lookahead or Lookahead()
         self.proc = env.process(serve(core, self, self.la, fast_forward))
 
@@ -125,17 +134,24 @@ class Sidecar:
     def now(self) -> float:
         return self.env.now
 
-    def speeds(self) -> tuple[float | None, float | None]:
+    def speeds(self) -> tuple[float | None, float | None, float | None]:
         """1 on a link alone, a constant share when only merge holds press on it, None when
         finite jobs share it (the fabric decides)."""
-        gpu, host = self.gpu, self.host
-        return (hold_share(gpu) if gpu.jobs else 1.0), (hold_share(host) if host.jobs else 1.0)
+        gpu, host, front = self.gpu, self.host, self.front
+        rf = 1.0 if front is None or not front.jobs else hold_share(front)
+        return (hold_share(gpu) if gpu.jobs else 1.0), (hold_share(host) if host.jobs else 1.0), rf
 
-    def shared(self, g: float, h: float):
-        gpu, host = self.gpu, self.host
-        jg = gpu.fabric.start([gpu], g, 1.0, 1.0, ("serve", self.idx)) if g > 0 else None
-        jh = host.fabric.start([host], h, 1.0, 1.0, ("serve", self.idx)) if h > 0 else None
-        if jg is not None:
-            yield jg.done
-        if jh is not None:
-            yield jh.done
+    def _job(self, link: Link | None, work: float):
+        return link.fabric.start([link], work, 1.0, 1.0, ("serve", self.idx)) if work > 0 else None
+
+    def shared(self, g: float, h: float, f: float, sequential: bool):
+        if sequential:  # schedule, GPU step, output processing
+            for link, work in ((self.host, h), (self.gpu, g), (self.front, f)):
+                job = self._job(link, work)
+                if job is not None:
+                    yield job.done
+            return
+        jobs = [self._job(self.gpu, g), self._job(self.host, h), self._job(self.front, f)]
+        for job in jobs:
+            if job is not None:
+                yield job.done

@@ -72,7 +72,7 @@ class MergeExecutor:
         gbits = self._per_host() * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
         jobs = []
         for hr in self.res.hosts:
-            holds = [_hold(c, w.host_stage, "stage") for c in hr.cpus] if w.host_stage > 0 else []
+            holds = [_hold(c, w.host_stage, "stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []
             if sc.fleet.colocation == "same_gpu" and w.gpu_stage > 0:
                 holds += [_hold(g, w.gpu_stage, "stage") for g in hr.gpus]
             j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
@@ -101,7 +101,7 @@ class MergeExecutor:
         gbits = self._per_host() * self.sc.merge.checkpoint_bytes_per_param * 8 / 1e9
         jobs = []
         for k, hr in enumerate(self.res.hosts):
-            holds = [_hold(c, w.host_ckpt, "ckpt") for c in hr.cpus] if w.host_ckpt > 0 else []
+            holds = [_hold(c, w.host_ckpt, "ckpt") for c in hr.cpu_paths()] if w.host_ckpt > 0 else []
             path = [net.serialize[k]] + self._path(hr.name, "store")
             j = net.fabric.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
             j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))

@@ -15,8 +15,9 @@ from wadiloco.sim.topology import build_graph, host_node
 class HostRes:
     """One host's shared resources. No job crosses two of them, so each is its own fabric and a
     change on one (a serving iteration on the GPU) never re-allocates another. Each sidecar has
-    its own GPU and its own CPU path (its engine thread's core, launch queue and memory path);
-    host-wide merge work (staging, checkpoint serialisation) presses on every sidecar's CPU path."""
+    its own GPU and its own CPU path (its engine thread's core, launch queue and memory path), and
+    with frontend work one more for its API server; host-wide merge work (staging, checkpoint
+    serialisation) presses on every one of these CPU paths."""
 
     def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
         unl = set(sc.fleet.unlimited)
@@ -29,10 +30,18 @@ class HostRes:
         self.gpus = [own(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
         self.learner_gpu = own("learner_gpu", gpu_cap)
         self.cpus = [own(f"cpu{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)]
+        # The API server's CPU path per sidecar, only for an engine that has frontend work.
+        e = sc.engine
+        front = e.frontend_per_request_s > 0 or e.frontend_per_token_s > 0
+        self.fronts = [own(f"front{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)] if front else []
         self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
 
+    def cpu_paths(self) -> list[Link]:
+        """Every CPU path host-wide merge work presses on: the engines' and the frontends'."""
+        return [*self.cpus, *self.fronts]
+
     def links(self) -> list[Link]:
-        return [*self.gpus, *self.cpus, self.learner_gpu, self.pcie]
+        return [*self.gpus, *self.cpus, *self.fronts, self.learner_gpu, self.pcie]
 
 
 class Network:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
+from wadiloco.models.batching import EngineStep
 from wadiloco.models.config import Scenario, load_scenario, read_yaml, resolve, scenario_from_dict, with_overrides
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.workloads import Arrivals
@@ -217,6 +218,14 @@ def test_monitor_counts_match_request_times(bursty_run):
 # fast-forward == per-iteration stepping
 
 
+SEQUENTIAL = {
+    "engine.step": "sequential",
+    "engine.host_per_seq_s": 2.0e-5,
+    "engine.host_per_token_s": 1.0e-7,
+    "engine.frontend_per_request_s": 2.0e-4,
+    "engine.frontend_per_token_s": 3.0e-5,
+}
+OVERLAPPED_FRONTEND = {"engine.frontend_per_request_s": 5.0e-4, "engine.frontend_per_token_s": 1.2e-4}
 MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
@@ -230,6 +239,10 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
         {"engine.cuda_graphs": False, "fleet.sidecars_per_host": 2, "fleet.islands": 2},
         id="bursty-eager-2-per-host",
     ),
+    # engine generations: host work in series with the GPU's, host work that grows with the batch,
+    # and a frontend path that binds an overlapped step when batches are large
+    pytest.param("bursty", SEQUENTIAL, id="bursty-sequential-frontend"),
+    pytest.param("bursty", OVERLAPPED_FRONTEND, id="bursty-overlapped-frontend"),
 ]
 
 
@@ -329,7 +342,21 @@ REF_ENGINES = {
     "default": {},
     "chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256},
     "eager": {"cuda_graphs": False},
+    "sequential": {k.removeprefix("engine."): v for k, v in SEQUENTIAL.items()},
+    "sequential-chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256, "step": "sequential"},
+    "frontend": {k.removeprefix("engine."): v for k, v in OVERLAPPED_FRONTEND.items()},
 }
+
+
+def reference_step(e) -> dict:
+    """The reference's names for an engine config's generation and host work."""
+    return dict(
+        sequential=e.step == "sequential",
+        h1=e.host_per_seq_s,
+        h2=e.host_per_token_s,
+        fq=e.frontend_per_request_s,
+        ft=e.frontend_per_token_s,
+    )
 
 
 @pytest.mark.parametrize("fast_forward", [True, False], ids=["ff", "per-iter"])
@@ -362,8 +389,9 @@ def test_engine_matches_reference(engine, fast_forward):
         max_num_batched_tokens=sc.engine.max_num_batched_tokens,
         host_s=fleet.host_s,
         until=sc.horizon_s + sc.drain_s,
+        **reference_step(sc.engine),
     )
-    assert len(arr) > 300 and res.requests["output"].max() > 1
+    assert len(arr) > 250 and res.requests["output"].max() > 1
     assert_same_times(res.requests, vars(ref), f"engine ({engine}, ff={fast_forward}) vs reference")
     assert res.summary["engine_iterations"] == ref.iterations
 
@@ -391,21 +419,29 @@ def small_workload(draw):
         max_num_batched_tokens=draw(st.integers(16, 400)),
         host_s=draw(st.sampled_from([0.0, 2.0**-8, 2.0**-5])),
     )
-    return Arrivals(t, prompt, output), lat, engine
+    step = dict(
+        sequential=draw(st.booleans()),
+        h1=draw(st.sampled_from([0.0, 2.0**-11])),
+        h2=draw(st.sampled_from([0.0, 2.0**-14])),
+        fq=draw(st.sampled_from([0.0, 2.0**-7])),
+        ft=draw(st.sampled_from([0.0, 2.0**-10])),
+    )
+    return Arrivals(t, prompt, output), lat, engine, step
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_workload())
 def test_engine_matches_reference_on_ties(case):
-    arr, lat, engine = case
+    arr, lat, engine, step = case
     if lat.a + lat.b + lat.c + lat.d + engine["host_s"] == 0:
         lat = latency(a=2.0**-8)  # a zero-time iteration never ends anything
-    ref = serve(arr.t, arr.prompt, arr.output, lat, check=True, **engine)
+    ref = serve(arr.t, arr.prompt, arr.output, lat, check=True, **engine, **step)
+    es = EngineStep(step["sequential"], step["h1"], step["h2"], step["fq"], step["ft"])
     assert not np.isnan(ref.finish).any()
     assert np.all(ref.admitted >= arr.t) and np.all(ref.first_token >= ref.admitted)
     assert np.all(ref.finish >= ref.first_token)
     for ff in (True, False):
-        sc, _ = run_engine(arr, lat, fast_forward=ff, **engine)
+        sc, _ = run_engine(arr, lat, fast_forward=ff, step=es, **engine)
         assert_same_times(vars(sc), vars(ref), f"ff={ff}", atol=0.0 if ff is False else ATOL)
         assert sc.iterations == ref.iterations
 
@@ -425,6 +461,8 @@ def test_engine_matches_reference_on_ties(case):
         pytest.param("bursty", {}, id="bursty"),
         pytest.param("bursty", {"engine.cuda_graphs": False}, id="bursty-eager"),
         pytest.param("sustained_sync_heavy", {}, id="sustained_sync_heavy"),  # same_gpu: outer step on the serving GPU
+        pytest.param("bursty", SEQUENTIAL, id="bursty-sequential-frontend"),  # cut steps split in order h, g, f
+        pytest.param("sustained_sync_heavy", SEQUENTIAL, id="sustained-sequential-frontend"),
     ],
 )
 def test_hold_fast_path_matches_fabric(monkeypatch, name, extra):

@@ -46,11 +46,11 @@ class FakeClock:
         return self.t
 
     def speeds(self):
-        return self._speeds
+        return (*self._speeds, 1.0) if len(self._speeds) == 2 else self._speeds
 
-    def shared(self, g, h):
-        self.shared_work.append((g, h))
-        yield max(g, h)
+    def shared(self, g, h, f, sequential):
+        self.shared_work.append((g, h) if f == 0 else (g, h, f))
+        yield g + h + f if sequential else max(g, h, f)
 
 
 def state(t, prompt, output, *, max_num_seqs=8, max_num_batched_tokens=512, h=H, lat=(A, B, C, D)):
