@@ -47,7 +47,7 @@ import numpy as np
 from wadiloco.models.batching import TODAYS_STEP, EngineStep, compose, reach, rest, run_time, split
 
 NAN = math.nan
-FULL_SPEED = (1.0, 1.0)
+FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
 
 
 class Clock(Protocol):
@@ -203,19 +203,21 @@ class EngineState:
             room -= 1
         return chunks, budget0 - n_dec - budget
 
-    def front_work(self, chunks: list[tuple[int, int]] | None, n_dec: int) -> float:
-        """The API server's CPU time for an iteration: fq per request admitted in it (a new
-        admission has no prompt token computed yet) and ft per output token it produces (one per
-        decoder, and a first token for each chunk that completes its prompt)."""
+    def step_work(self, chunks: list[tuple[int, int]] | None, n_dec: int) -> tuple[float, float]:
+        """An iteration's host time h0 + h1*batch + h2*scheduled tokens, and the API server's time:
+        fq per request admitted in it (a new admission has no prompt token computed yet) and ft per
+        output token it produces (one per decoder, and a first token per chunk that ends a prompt)."""
         if not chunks:
-            return self.ft * n_dec
+            return self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
         prefilled, prompt = self.prefilled, self.prompt
-        new = tokens = 0
+        new = tokens = pf = 0
         for rid, take in chunks:
             got = prefilled[rid]
             new += got == 0
             tokens += got + take >= prompt[rid]
-        return self.fq * new + self.ft * (n_dec + tokens)
+            pf += take
+        h = self.h + self.h1 * (n_dec + len(chunks)) + self.h2 * (n_dec + pf)
+        return h, self.fq * new + self.ft * (n_dec + tokens)
 
     def first_tokens(self, chunks, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
@@ -267,8 +269,8 @@ def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, work: tuple[flo
 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module docstring)."""
-    t_arr, n, h0, max_seqs, a, b, c, d = st.t_arr, st.n, st.h, st.max_seqs, st.a, st.b, st.c, st.d
-    h1, h2, hn, seq, front, mixed = st.h1, st.h2, st.h1 + st.h2, st.seq, st.front, st.seq or st.front
+    t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
+    h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0  # h, f: today's engine
     waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
     prompt, output, pop = st.prompt, st.output, heapq.heappop
     gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
@@ -305,32 +307,31 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
                 yield wait(span if t_sim == now else delay_to(t_sim, end))
                 t_sim = end
             continue
-        if prefilling or waiting:  # rules 2 and 3 (host work: h0 + h1*batch + h2*scheduled tokens)
+        if prefilling or waiting:  # rules 2 and 3
             chunks, pf = st.admit(now, n_dec)
             g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
-            h = h0 + h1 * (n_dec + len(chunks)) + h2 * (n_dec + pf)
-        else:  # the values above with no chunk (a + b*0 == a exactly; h's, up to rounding when h1, h2 > 0)
-            chunks, g0, h = None, a + c * sum_ctx + d * n_dec, h0 + hn * n_dec
-        f = st.front_work(chunks, n_dec) if front else 0.0
-        dg = c * n_dec
-        rg = rh = rf = 1.0
-        sg, sdg, sh, sf = g0, dg, h, f
+        else:
+            chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+        if extra:  # host work that grows with the batch, a frontend path, a sequential step
+            h, f = st.step_work(chunks, n_dec)
+        dg = sdg = c * n_dec
+        sg, sh, slowed = g0, h, False
         if gpu_jobs or host_jobs:  # (merge work on the frontend's link comes with work on the host's)
-            rg, rh, rf = clock.speeds()
+            rg, rh, rf = sp = clock.speeds()
             if rg is None or rh is None or rf is None:  # the links are shared: the iteration's work goes to them
                 end = t_sim = yield from _shared_step(st, clock, (g0, h, f), t_sim, now)
-                k, slowed = 1, False
+                k = 1
                 continue
-            sg, sdg, sh, sf = g0 / rg, dg / rg, h / rh, f / rf
-        if mixed:  # a sequential step or a frontend path: what the closed forms take (g0, h)
-            sg, sh = compose(sg, sh, sf, seq)
+            sg, sdg, sh = g0 / rg, dg / rg, h / rh
+            slowed = rg < 1.0 or rh < 1.0 or rf < 1.0
+        if extra:  # what the closed forms take (g0, h) for the generation
+            sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
         k, span = 1, (sh if sh > sg else sg)
         if ff and n_dec and not chunks:
             k = fin_heap[0][0] - diter  # >= 1: finished requests were popped
             span = run_time(k, sg, sdg, sh)
             if k > 1 and i < n and n_dec < max_seqs and span > t_arr[i] - now:
                 k, span = reach(t_arr[i] - now, sg, sdg, sh, k)  # stop for an arrival it could admit
-        slowed = rg < 1.0 or rh < 1.0 or rf < 1.0
         end = now + span
         if end < bound.until:
             continue
@@ -342,6 +343,7 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             end = clock.now()
             done, e = split(end - now, sg, sdg, sh, k)  # the iterations done ran at the old speeds
             if done < k:
-                end = yield from _cut(st, clock, done, slowed, rest(e, g0 + done * dg, h, f, (rg, rh, rf), seq), end)
+                work = rest(e, g0 + done * dg, h, f, sp if slowed else FULL3, seq)
+                end = yield from _cut(st, clock, done, slowed, work, end)
                 k, slowed, diter, sum_ctx = 1, False, st.diter, st.sum_ctx
         t_sim = end
