@@ -10,7 +10,7 @@ the labelled request table: models.metrics.testbed_figures). Here:
   over seeds of each seed's mean over draws) with a percentile bootstrap CI over seeds; sync-excess
   (a run's SLO % minus the no_sync run's on the same seed; the artifact has no no_sync run in Stage
   11 and reports raw SLO % there, the twin has one and reports both); the sync p95 ratio (mean over
-  runs); and the protocol's verdicts against random_matched of the same stage: the envelope (the
+  runs); and the protocol's verdicts against random_matched of the same stage (Stage 13: Stage 12's): the envelope (the
   policy's mean sync-excess against the 2.5-97.5 percentiles of the random runs), the paired exact
   sign-flip test over the 5 seeds (p_less: the policy's sync-excess is lower; the smallest p is
   1/32), and the gate (a claim passes when random windows do hurt, their sync p95 ratio >= 1.05,
@@ -42,6 +42,7 @@ STAGE_KEYS = {
 LABEL_NAMES = {"random_matched_s12": "random_matched"}
 RANDOM = "random_matched"
 BASELINE = "no_sync"
+CONTROL_FROM = {"stage13_bursty": "stage12_bursty"}  # Stage 13 is compared with Stage 12's random runs
 STAGE13_CONTRASTS = ("wa_diloco", "random_matched", "stage12_calibrated_replay")
 ALPHA = 0.05
 MIN_P95_RATIO = 1.05
@@ -131,7 +132,7 @@ def _draw_excess(cells: dict, base: dict[int, float]) -> list[float]:
     return [tb["slo_pct"] - base[s] for (s, _d), tb in cells.items() if s in base and tb.get("slo_pct") is not None]
 
 
-def policy_cell(cells: dict, base: dict[int, float], rnd: dict | None) -> dict[str, Any]:
+def policy_cell(cells: dict, base: dict[int, float], control: tuple[dict, dict] | None) -> dict[str, Any]:
     """One policy in one stage: SLO %, its CI, sync-excess, sync p95 ratio and the verdicts."""
     slo = per_seed(cells, "slo_pct")
     exc = _excess(cells, base)
@@ -147,8 +148,9 @@ def policy_cell(cells: dict, base: dict[int, float], rnd: dict | None) -> dict[s
         "runs": len(cells),
         "seeds": sorted(slo),
     }
-    if rnd is not None:
-        out.update(verdicts(exc, _excess(rnd, base), _draw_excess(rnd, base), rnd))
+    if control is not None:  # (random_matched's runs, the no_sync SLO % of their regime per seed)
+        rnd, rnd_base = control
+        out.update(verdicts(exc, _excess(rnd, rnd_base), _draw_excess(rnd, rnd_base), rnd))
     return out
 
 
@@ -180,16 +182,24 @@ def predictions(runs: dict) -> dict[str, dict[str, dict[str, Any]]]:
         if not arms or BASELINE not in arms:
             continue
         base = per_seed(arms[BASELINE], "slo_pct")
-        rnd_label = next((lab for lab in arms if LABEL_NAMES.get(lab, lab) == RANDOM), None)
-        rnd = arms.get(rnd_label) if rnd_label else None
+        rnd_label, control = _control(runs, CONTROL_FROM.get(regime, regime))
         out[key] = {
-            LABEL_NAMES.get(lab, lab): policy_cell(cells, base, None if lab in (rnd_label, BASELINE) else rnd)
+            LABEL_NAMES.get(lab, lab): policy_cell(cells, base, None if lab in (rnd_label, BASELINE) else control)
             for lab, cells in sorted(arms.items())
         }
     s13 = out.get("stage13_bursty", {})
     if "online_calibrated_wa" in s13 and "stage12_bursty" in runs:
         s13["online_calibrated_wa"] = _with_contrasts(runs, s13["online_calibrated_wa"])
     return out
+
+
+def _control(runs: dict, regime: str) -> tuple[str | None, tuple[dict, dict] | None]:
+    """random_matched's label in `regime` and (its runs, that regime's no_sync SLO % per seed)."""
+    arms = runs.get(regime, {})
+    label = next((lab for lab in arms if LABEL_NAMES.get(lab, lab) == RANDOM), None)
+    if label is None or BASELINE not in arms:
+        return None, None
+    return label, (arms[label], per_seed(arms[BASELINE], "slo_pct"))
 
 
 def _with_contrasts(runs: dict, cell: dict) -> dict:

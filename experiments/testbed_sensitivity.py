@@ -34,6 +34,7 @@ PROFILE = "b200_vllm0102_eager"
 MODEL = "Qwen2.5-1.5B-Instruct"
 BURSTY = ("stage12_bursty", "stage13_bursty")
 FOLDER = "sensitivity"
+DONE = "COMPLETE"
 
 
 def _profile_variant(folder: Path, name: str, edit: Callable[[dict], None]) -> str:
@@ -123,6 +124,7 @@ def run_variants(out_dir: str | Path, workers: int = 2, only: list[str] | None =
         spec_path = root / f"{name}.yaml"
         spec_path.write_text(yaml.safe_dump(variant_spec(name, v, root), sort_keys=False), encoding="utf-8")
         execute_plan(load_sweep(spec_path), root / name, workers=workers, resume=True, progress=False)
+        (root / name / DONE).write_text("complete\n", encoding="utf-8")
         done.append(name)
     return done
 
@@ -135,7 +137,7 @@ def read_variants(out_dir: str | Path, base: dict) -> dict[str, Any]:
         return out
     known = variants()
     for name in known:
-        if not (root / name / "runs.sqlite").is_file():
+        if not (root / name / DONE).is_file():  # a variant cut short is left out, not half-read
             continue
         preds = tp.predictions(tp.load_runs(root / name))
         moves: dict[str, dict[str, dict[str, float]]] = {}

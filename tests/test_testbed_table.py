@@ -66,6 +66,9 @@ def test_predictions_sync_excess_envelope_paired_test_and_gate():
     assert p["stage12_bursty"]["no_sync"]["sync_excess_pct"] == 0.0
     online = p["stage13_bursty"]["online_calibrated_wa"]
     assert online["sync_excess_pct"] == pytest.approx(0.5)
+    # Stage 13 has no random runs of its own: its verdicts are against Stage 12's (as the artifact compares)
+    assert online["vs_envelope"] == "below" and online["p_less_vs_random"] == pytest.approx(1 / 32)
+    assert online["gate"] == "pass"
     assert online["p_less_vs"] == {"wa_diloco": pytest.approx(1 / 32), "random_matched": pytest.approx(1 / 32)}
 
 
@@ -89,6 +92,7 @@ def test_json_has_exactly_the_issues_shape(monkeypatch, capsys):
     assert set(row["simulated"]) == set(tp.FIGURES)
     assert set(data["predictions"]) == {"stage12_bursty", "stage13_bursty"}
     assert set(data["predictions"]["stage12_bursty"]) == {"no_sync", "wa_diloco", "random_matched"}
+    assert set(data["predictions"]["stage13_bursty"]) == {"online_calibrated_wa"}  # the artifact ran no no_sync there
     for cells in data["predictions"].values():
         for c in cells.values():
             assert set(c) == {"slo_pct", "slo_ci", "sync_excess_pct"} and len(c["slo_ci"]) == 2
