@@ -86,9 +86,9 @@ def _weight(w: float) -> dict[str, Any]:
     return {"cotenant.profile_entry": None, "cotenant.weight": w}
 
 
-def variant_spec(name: str, v: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The Stage 11-13 part of experiments/testbed.yaml with one assumption changed."""
-    spec = copy.deepcopy(read_yaml(SWEEP))
+def variant_spec(name: str, v: dict[str, Any], folder: Path, sweep: Path = SWEEP) -> dict[str, Any]:
+    """The Stage 11-13 part of experiments/testbed.yaml (or `sweep`) with one assumption changed."""
+    spec = copy.deepcopy(read_yaml(sweep))
     spec["name"] = f"testbed_{name}"
     over = dict(spec.get("overrides", {}))
     over.update(v.get("all", {}))
@@ -100,7 +100,7 @@ def variant_spec(name: str, v: dict[str, Any], folder: Path) -> dict[str, Any]:
         stem = Path(path).stem
         if stem.startswith(tp.STAGE10_PREFIX):
             continue
-        entry: dict[str, Any] = {"path": str((SWEEP.parent / path).resolve())}
+        entry: dict[str, Any] = {"path": str((sweep.parent / path).resolve())}
         if stem in BURSTY and "bursty" in v:
             entry["overrides"] = v["bursty"]
         regimes.append(entry)

@@ -108,14 +108,29 @@ def test_readme_markers_are_replaced_and_nothing_else(tmp_path, monkeypatch):
     assert "wa_diloco" in text
 
 
+SWEEP = """regimes: [../s/stage10_7b_high.yaml, ../s/stage11_sync.yaml, ../s/stage12_bursty.yaml,
+  ../s/stage13_bursty.yaml]
+policies:
+  - {name: no_sync}
+  - {name: replay, label: wa_diloco, params: {schedule: harness, harness_policy: wa_diloco}}
+  - {name: replay, label: calibrated, params: {schedule: stage12_calibrated_replay}}
+seeds: [23]
+"""
+
+
 def test_sensitivity_variants_are_valid_sweeps(tmp_path):
+    sweep = tmp_path / "e" / "testbed.yaml"
+    sweep.parent.mkdir()
+    sweep.write_text(SWEEP)
     for name, v in ts.variants().items():
-        spec = ts.variant_spec(name, v, tmp_path)
+        spec = ts.variant_spec(name, v, tmp_path, sweep)
         SweepSpec.model_validate(spec)
         assert not any("stage10_" in r["path"] for r in spec["regimes"])
         if "bursty" in v:
             over = [r for r in spec["regimes"] if "overrides" in r]
             assert len(over) == 2 and all("bursty" in r["path"] for r in over)
+        harness = [p for p in spec["policies"] if p.get("params", {}).get("schedule") == "harness"]
+        assert all(("harness_pressure_offset_s" in p["params"]) == ("params" in v) for p in harness)
 
 
 LABELLED = {
