@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
+from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import Params, Policy, parse_policy
+from wadiloco.models.profiles import check_model
 from wadiloco.models.scenario import (
     EngineConfig,
     FleetConfig,
@@ -119,6 +120,10 @@ def resolve(
         return sc if policy is None and params is None else sc.with_policy(policy, params, file, where)
     file = sc.source if file is None else file
     workload = parse_workload(sc.workload, file, sc.base_dir)
+    if sc.engine.profile is not None:  # the file and model now; the fit when a run needs it
+        path = resolve_profile(sc.engine.profile, sc.base_dir, file)
+        if sc.engine.model is not None:
+            check_model(path, sc.engine.model, file)
     cls, p = check_policy(sc, *policy_choice(sc, policy, params), file, where)
     return Resolved(sc, workload, cls, p, cotenant_plan(sc, file), label_plan(sc, file))
 

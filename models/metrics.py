@@ -47,10 +47,15 @@ P95_RATIO = "p95_ratio"  # E2E_P95_OVERLAP / E2E_P95_NO_OVERLAP
 P95_RATIO_MATCHED = "p95_ratio_matched"  # E2E_P95_OVERLAP_MATCHED / E2E_P95_OVERLAP_BASELINE
 
 
-def request_table(per_sidecar, ttft_slo: float, tpot_slo: float, merges) -> dict[str, np.ndarray]:
-    """per_sidecar: [(arrival, prompt, output, admitted, first_token, finish), ...]."""
+def request_table(
+    per_sidecar, ttft_slo: float | None, tpot_slo: float | None, merges, e2e_slo: float | None = None
+) -> dict[str, np.ndarray]:
+    """per_sidecar: [(arrival, prompt, output, admitted, first_token, finish[, extra]), ...]. `extra`
+    (closed loops, models.clients) maps column names to per-request arrays; its `done` (when the client
+    saw the request done, None: at its finish) is what e2e is measured to, and is not a column."""
     cols = {k: [] for k in ("sidecar", "arrival", "prompt", "output", "admitted", "first_token", "finish")}
-    for s, (t, p, o, adm, ft, fin) in enumerate(per_sidecar):
+    done_at: list[np.ndarray] = []
+    for s, (t, p, o, adm, ft, fin, *more) in enumerate(per_sidecar):
         cols["sidecar"].append(np.full(len(t), s, dtype=np.int32))
         cols["arrival"].append(t)
         cols["prompt"].append(p)
@@ -58,21 +63,28 @@ def request_table(per_sidecar, ttft_slo: float, tpot_slo: float, merges) -> dict
         cols["admitted"].append(adm)
         cols["first_token"].append(ft)
         cols["finish"].append(fin)
+        if more:
+            extra = dict(more[0])
+            done = extra.pop("done", None)
+            done_at.append(fin if done is None else done)
+            for k, v in extra.items():
+                cols.setdefault(k, []).append(v)
     r = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+    done_t = np.concatenate(done_at) if done_at else None
     order = np.lexsort((r["sidecar"], r["arrival"]))
     r = {k: v[order] for k, v in r.items()}
     r["ttft"] = r["first_token"] - r["arrival"]
-    r["e2e"] = r["finish"] - r["arrival"]
+    seen = done_t[order] if done_at else r["finish"]  # when the client saw each request done
+    r["e2e"] = seen - r["arrival"]
     with np.errstate(invalid="ignore", divide="ignore"):
         r["tpot"] = np.where(r["output"] > 1, (r["finish"] - r["first_token"]) / np.maximum(r["output"] - 1, 1), 0.0)
-    done = ~np.isnan(r["finish"])
+    done = ~np.isnan(seen)
     r["completed"] = done
-    with np.errstate(invalid="ignore"):
-        r["violated"] = ~done | (r["ttft"] > ttft_slo) | (r["tpot"] > tpot_slo)
+    r["violated"] = violations(r, ttft_slo, tpot_slo, e2e_slo)
     merge_id = np.full(len(r["arrival"]), -1, dtype=np.int32)
     phase = np.full(len(r["arrival"]), -1, dtype=np.int8)
     best = np.zeros(len(r["arrival"]))
-    end = np.where(done, r["finish"], np.inf)
+    end = np.where(done, seen, np.inf)
     for m in merges:
         for pi, name in enumerate(PHASE_NAMES):
             if name not in m.phases:
@@ -124,12 +136,24 @@ def _span(ab: tuple[float, float]) -> float:
     return ab[1] - ab[0]
 
 
+def violations(r: dict[str, np.ndarray], ttft_slo: float | None, tpot_slo: float | None, e2e_slo: float | None):
+    """Per request: unfinished, or over any SLO that is set (strict >: the testbed's `latency_ms > slo_ms`)."""
+    bad = ~r["completed"]
+    with np.errstate(invalid="ignore"):
+        for col, slo in (("ttft", ttft_slo), ("tpot", tpot_slo), ("e2e", e2e_slo)):
+            if slo is not None:
+                bad = bad | (r[col] > slo)
+    return bad
+
+
 def _pct(x: np.ndarray, q: float) -> float:
     x = x[~np.isnan(x)]
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
-def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float) -> dict[str, Any]:
+def summarize(
+    r: dict[str, np.ndarray], merges, ttft_slo: float | None, tpot_slo: float | None, e2e_slo: float | None = None
+) -> dict[str, Any]:
     n = len(r["arrival"])
     viol = r["violated"]
     overl = r["merge"] >= 0
@@ -163,7 +187,7 @@ def summarize(r: dict[str, np.ndarray], merges, ttft_slo: float, tpot_slo: float
         "violations_by_phase": by_phase,
         E2E_P95_OVERLAP: _pct(e2e_in, 95),
         E2E_P95_NO_OVERLAP: _pct(e2e_out, 95),
-        "slo": {"ttft_s": ttft_slo, "tpot_s": tpot_slo},
+        "slo": {"ttft_s": ttft_slo, "tpot_s": tpot_slo} | ({"e2e_s": e2e_slo} if e2e_slo is not None else {}),
     }
 
 

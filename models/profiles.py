@@ -171,3 +171,25 @@ def _model_fit(runs: list[str], slope: float) -> ModelFit:
     d = slope * t_ref
     delay = _mean(fit.fit_run(r).start_delay for r in runs)
     return ModelFit(t_ref - d * c_ref, d, delay, c_ref, tuple(runs))
+
+
+# ---- a scenario's engine profile: `engine.profile` and `engine.model` ------------------------------
+
+
+def check_model(path: Path, model: str, file: object) -> None:
+    """That the profile at `path` has `model` (reads the spec only; the fit comes when a run needs it)."""
+    spec = validate(ProfileSpec, read_yaml(path), path)
+    if model not in spec.models:
+        known = ", ".join(sorted(spec.models))
+        raise InputError(file, "engine.model", f"profile {spec.name!r} has no model {model!r}; known: {known}")
+
+
+@lru_cache(maxsize=32)
+def model_fit(path: str, model: str) -> ModelFit:
+    """One model of a profile, fitted as `fit_profile` fits it (its runs and the batch slope) without
+    fitting the rest (the co-tenant entries' `both` runs)."""
+    spec = validate(ProfileSpec, read_yaml(Path(path)), path)
+    if model not in spec.models:
+        raise InputError(path, "models", f"profile {spec.name!r} has no model {model!r}")
+    slope = _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    return _model_fit(spec.models[model].runs, slope)

@@ -74,6 +74,10 @@ class EngineConfig(Strict):
     # per admitted request (parse, tokenise) and per output token (detokenise, stream). 0 = none.
     frontend_per_request_s: float = Field(0.0, ge=0, le=10)
     frontend_per_token_s: float = Field(0.0, ge=0, le=1)
+    # A model of that profile: the engine's iteration becomes the profile's fitted law a + d*batch
+    # (GPU only: host_overhead_s and cuda_graphs are then not used; prefill tokens cost nothing beyond
+    # the iteration they run in, models.profiles.ModelFit), and its start delay is the closed loop's.
+    model: str | None = None
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -83,14 +87,19 @@ class EngineConfig(Strict):
                 f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
                 "one token per step"
             )
+        if self.model is not None and self.profile is None:
+            raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
         return self
 
 
 class SLOConfig(Strict):
-    """DistServe/Vidur-range thresholds."""
+    """DistServe/Vidur-range thresholds; null turns one off. A request violates when any set one is
+    exceeded: TTFT, TPOT, or (`e2e_s`, off by default) its end-to-end latency, which in a closed
+    loop of batches is the batch's (the testbed's SLO, paper_testbed.md 2.5)."""
 
-    ttft_s: float = Field(1.0, gt=0)
-    tpot_s: float = Field(0.1, gt=0)
+    ttft_s: float | None = Field(1.0, gt=0)
+    tpot_s: float | None = Field(0.1, gt=0)
+    e2e_s: float | None = Field(None, gt=0)
 
 
 class TrainingConfig(Strict):
@@ -291,6 +300,12 @@ class Scenario(Strict):
             raise ValueError(f"cotenant.sidecars: the fleet has {n} sidecar(s), indices 0..{n - 1}")
         return self
 
+    @model_validator(mode="after")
+    def _start_delay_from_profile(self):
+        if self.workload.get("start_delay_s") == "profile" and self.engine.model is None:
+            raise ValueError("workload.start_delay_s: profile needs engine.profile and engine.model")
+        return self
+
     def digest(self) -> str:
         """Stable hash of everything that changes results. Opt-in fields at their defaults are left
         out, so adding one changes no existing scenario's hash (runs.csv's scenario_hash)."""
@@ -310,6 +325,8 @@ class Scenario(Strict):
 # Fields added after scenario hashes were first recorded: `digest()` skips each while at its default.
 OPT_IN_FIELDS = (
     "engine.profile",
+    "engine.model",
+    "slo.e2e_s",
     "merge.phases",
     "cotenant",
     "testbed_labels",

@@ -30,6 +30,13 @@ at the engine or change its speeds before then) is booked at once, without a wai
 
 `serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy), not a loop a
 process calls into once per step: that call, or a generator switch, costs 5-15% of a run.
+
+Closed-loop clients (models.clients): an engine may have a `client` that creates requests as others
+finish (a batch starts when the previous one is done; a user sends again after thinking). It is
+consulted only when a step finishes requests (`_finish_closed`), and puts what it creates into the
+not-yet-arrived tail of the arrays (`add`), kept sorted; so the engine's next arrival, its idle
+waits and fast-forward's stop at an arrival are exact as for pre-drawn arrivals. Open-loop engines
+(`client` None) take the original path, one test per step.
 """
 
 from __future__ import annotations
@@ -121,6 +128,8 @@ class EngineState:
         + ("next_i", "waiting", "prefilling", "prefilled", "fin_heap")
         # counters, the clock, and the probe's (start, end) per step (None: off)
         + ("n_dec", "sum_ctx", "diter", "n_finished", "contended", "now", "log")
+        # closed loop: the client (None: open loop) and each request's tag (its batch or user)
+        + ("client", "tag")
     )
 
     def __init__(
@@ -158,6 +167,37 @@ class EngineState:
         self.contended = 0  # iterations run below full speed or shared with other jobs
         self.now = 0.0
         self.log: list[tuple[float, float]] | None = None
+        self.client = None
+        self.tag: array | None = None
+
+    # -- closed loop: requests created as the run goes --------------------------------------------
+    def attach(self, client) -> None:
+        """Serve `client`'s requests (models.clients): it submits its first ones now, more as they finish."""
+        self.client, self.tag = client, array("q")
+        if self.n:
+            raise ValueError("a closed-loop engine starts with no pre-drawn arrivals")
+        client.start(self)
+
+    def add(self, t: float, prompt, output, tag: int) -> None:
+        """Requests arriving at t (>= now) with these token lengths: inserted into the not-yet-arrived
+        tail, after any arriving at or before t, so the arrival order stays sorted. Only requests
+        that have not arrived move, and only the client holds those (by tag, not by index)."""
+        m = len(prompt)
+        if not m:
+            return
+        pos = bisect_right(self.t_arr, t, self.next_i)
+        self.t_arr[pos:pos] = array("d", [t]) * m
+        self.prompt[pos:pos] = array("q", prompt)
+        self.output[pos:pos] = array("q", output)
+        self.tag[pos:pos] = array("q", [tag]) * m
+        self.n += m
+        if self.n > len(self.finish):  # unarrived requests have NaN results: growing is all it takes
+            cap = max(2 * len(self.finish), self.n, 64)
+            for name in ("admitted", "first_token", "finish"):
+                old = getattr(self, name)
+                new = np.full(cap, NAN)
+                new[: len(old)] = old
+                setattr(self, name, new)
 
     # -- queries (present state only) -------------------------------------------------------
     def queue_len(self, now: float) -> int:
@@ -165,6 +205,9 @@ class EngineState:
         or before an earlier instant, so the search can start there.)"""
         i, t = self.next_i, self.t_arr
         return len(self.waiting) + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
+
+    def arrived(self, now: float) -> int:
+        return bisect_right(self.t_arr, now)
 
     def running(self) -> int:
         return self.n_dec + len(self.prefilling)
@@ -248,6 +291,26 @@ class EngineState:
         return n_dec, sum_ctx
 
 
+def _finish_closed(st: EngineState, chunks, end: float, diter: int, n_dec: int, sum_ctx: int):
+    """Rule 4 (first tokens, completions) for an engine with a client, which hears of every request
+    finished at `end` (also one-token requests finished by `first_tokens`) and may submit new ones
+    (`add`). Returns the new (n_dec, sum_ctx) and the arrays' new length and `finish` (they may grow)."""
+    if chunks:
+        n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
+    fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
+    done = [rid for rid, _ in chunks if finish[rid] == end] if chunks else []
+    while fin_heap and fin_heap[0][0] <= diter:
+        rid = heapq.heappop(fin_heap)[1]
+        finish[rid] = end
+        st.n_finished += 1
+        n_dec -= 1
+        sum_ctx -= prompt[rid] + output[rid]
+        done.append(rid)
+    if done:
+        st.client.finished(st, done, end)
+    return n_dec, sum_ctx, st.n, st.finish
+
+
 def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
     """One iteration (what is left of it: GPU, host and frontend `work`) as jobs among the others,
     from the engine's clock `now`; returns the time it ends."""
@@ -258,13 +321,14 @@ def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float]
     return clock.now()
 
 
-def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, work: tuple[float, float, float], end: float):
+def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, g, h, f, sp, seq):
     """A run cut short at `end`, `done` iterations in: book those (they ran at the old speeds) and
-    run the `work` left of the next one as shared work; returns the time it ends."""
+    run the work left of the next one (models.batching.rest; speeds `sp` if the run was slowed) as
+    shared work; returns the time it ends."""
     st.diter += done
     st.sum_ctx += st.n_dec * done
     st.contended += done if slowed else 0
-    return (yield from _shared_step(st, clock, work, end, end))
+    return (yield from _shared_step(st, clock, rest(e, g, h, f, sp if slowed else FULL3, seq), end, end))
 
 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
@@ -272,10 +336,10 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
     h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0  # h, f: today's engine
     waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
-    prompt, output, pop = st.prompt, st.output, heapq.heappop
+    prompt, output, pop, client = st.prompt, st.output, heapq.heappop, st.client
     gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
     now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-    k, end, chunks, slowed, t_sim = 0, now, None, False, now  # the step in hand; the clock's time
+    k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; the clock's time; speeds
     while True:
         if k:  # book the step in hand: k iterations ended at `end` (rule 4)
             if log is not None:
@@ -284,7 +348,9 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             sum_ctx += n_dec * k
             if slowed:
                 st.contended += k
-            if chunks:
+            if client is not None:  # it hears of what finished (and leaves nothing here to pop)
+                n_dec, sum_ctx, n, finish = _finish_closed(st, chunks, end, diter, n_dec, sum_ctx)
+            elif chunks:
                 n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
             while fin_heap and fin_heap[0][0] <= diter:
                 rid = pop(fin_heap)[1]
@@ -296,8 +362,7 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
         while i < n and t_arr[i] <= now:  # rule 1
             waiting.append(i)
             i += 1
-        st.now, st.next_i, st.n_dec = now, i, n_dec
-        st.sum_ctx, st.diter = sum_ctx, diter
+        st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
         if not n_dec and not prefilling and not waiting:  # idle until the next arrival
             if i >= n:
                 return
@@ -343,7 +408,6 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             end = clock.now()
             done, e = split(end - now, sg, sdg, sh, k)  # the iterations done ran at the old speeds
             if done < k:
-                work = rest(e, g0 + done * dg, h, f, sp if slowed else FULL3, seq)
-                end = yield from _cut(st, clock, done, slowed, work, end)
+                end = yield from _cut(st, clock, done, slowed, end, e, g0 + done * dg, h, f, sp, seq)
                 k, slowed, diter, sum_ctx = 1, False, st.diter, st.sum_ctx
         t_sim = end

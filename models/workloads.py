@@ -25,9 +25,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from wadiloco.models import clients
 from wadiloco.models.errors import InputError
 from wadiloco.models.rng import stream
 from wadiloco.models.schema import Strict, validate
+from wadiloco.models.testbed import prompts
 from wadiloco.models.traces import MAX_TOKENS, Trace, load_trace_cached
 
 # Sanity guards: past these a run would not fit in memory; it is a typo (load, horizon, period).
@@ -73,13 +75,25 @@ class Context:
 
 
 @dataclass(frozen=True)
+class ClientContext:
+    """What a closed-loop kind's client builder may use besides its own params."""
+
+    n_sidecars: int
+    horizon_s: float
+    seed: int
+    profile_start_delay_s: float | None  # the engine profile's fitted start delay (None: no profile)
+
+
+@dataclass(frozen=True)
 class WorkloadKind:
-    """A registry entry: the kind's name, its params model and how to build arrivals."""
+    """A registry entry: the kind's name, its params model and how to build arrivals; a closed-loop
+    kind also builds each sidecar's client (models.clients), which creates the requests as it goes."""
 
     name: str
     params: type[BaseModel]
     build: Callable[[Any, Context], list[Arrivals]]
     doc: str
+    clients: Callable[[Any, ClientContext], list] | None = None
 
 
 WORKLOADS: dict[str, WorkloadKind] = {}
@@ -479,6 +493,158 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
+
+
+# ---------------------------------------------------------------------------------------------
+# closed loop (models.clients)
+
+
+class SteadyConcurrency(Strict):
+    kind: Literal["steady"] = "steady"
+    c: int = Field(8, ge=1, le=4096, description="requests per batch")
+
+
+class BurstyConcurrency(Strict):
+    """Busy batches while (t + phase_s) mod period_s < window_s at batch start (paper_testbed.md 2.4)."""
+
+    kind: Literal["bursty"] = "bursty"
+    quiet: int = Field(4, ge=1, le=4096)
+    busy: int = Field(12, ge=1, le=4096)
+    period_s: float = Field(120.0, gt=0)
+    window_s: float = Field(30.0, ge=0)
+    phase_s: float = Field(0.0, ge=0)
+
+
+class ConstantThink(Strict):
+    kind: Literal["constant"] = "constant"
+    s: float = Field(0.0, ge=0, le=86400)
+
+
+class ExponentialThink(Strict):
+    kind: Literal["exponential"] = "exponential"
+    mean_s: float = Field(gt=0, le=86400)
+
+
+_BATCH_ONLY, _USERS_ONLY = ("concurrency", "client_gap_s"), ("users", "think_s")
+
+
+class ClosedLoopParams(Strict):
+    kind: Literal["closed_loop"] = "closed_loop"
+    mode: Literal["batch", "users"] = Field("batch", description="whole batches (the testbed) or N users")
+    concurrency: SteadyConcurrency | BurstyConcurrency = Field(
+        SteadyConcurrency(), discriminator="kind", description="batch mode: c(t), decided at batch start"
+    )
+    client_gap_s: float = Field(0.0, ge=0, le=3600, description="batch mode: from a batch's end to the next start")
+    users: int = Field(16, ge=1, le=100_000, description="users mode: users, each with one request out at most")
+    think_s: float | ConstantThink | ExponentialThink = Field(
+        0.0, description="users mode: think time from an answer to the next request (s, or a distribution)"
+    )
+    prompts: Literal["short", "mixed", "long"] | PromptLengths = Field(
+        "mixed", description="a testbed prompt set (cycled by the global request index) or a length distribution"
+    )
+    output_tokens: int | list[int] | OutputLengths = Field(
+        128, description="fixed output tokens, one per prompt slot (4), or a length distribution"
+    )
+    start_delay_s: float | Literal["profile"] | None = Field(
+        None, description="serving starts then (s); profile (or null under engine.profile): the fitted delay"
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self):
+        wrong = _USERS_ONLY if self.mode == "batch" else _BATCH_ONLY
+        given = [f for f in wrong if f in self.model_fields_set]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply to mode {'users' if self.mode == 'batch' else 'batch'}")
+        out = self.output_tokens
+        if isinstance(out, int) and not 1 <= out <= MAX_TOKENS:
+            raise ValueError(f"output_tokens must be in [1, {MAX_TOKENS}] (got {out})")
+        if isinstance(out, list) and (len(out) != prompts.SLOTS or not all(1 <= o <= MAX_TOKENS for o in out)):
+            raise ValueError(f"a per-slot output_tokens list needs {prompts.SLOTS} values in [1, {MAX_TOKENS}]")
+        if isinstance(self.start_delay_s, float) and self.start_delay_s < 0:
+            raise ValueError("start_delay_s must be >= 0")
+        if isinstance(self.think_s, float) and not 0 <= self.think_s <= 86400:
+            raise ValueError("think_s must be in [0, 86400] s")
+        return self
+
+
+def _no_arrivals(p: ClosedLoopParams, ctx: Context) -> list[Arrivals]:
+    empty = np.empty(0)
+    return [Arrivals(empty, empty.astype(np.int64), empty.astype(np.int64)) for _ in range(ctx.n_sidecars)]
+
+
+def _closed_lengths(p: ClosedLoopParams, seed: int, sidecar: int) -> clients.Lengths:
+    """Prompt and output tokens of `size` requests from global index `index` on; distributions draw
+    from the sidecar's ("tokens", i) stream in creation order."""
+    rng = stream(seed, "tokens", sidecar)
+    pset = prompts.PROMPT_SETS[p.prompts] if isinstance(p.prompts, str) else None
+    out = p.output_tokens
+
+    def lengths(index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        prompt = pset.batch(index, size) if pset is not None else p.prompts.sample(rng, size)
+        output = out.sample(rng, size) if isinstance(out, OutputLengths) else prompts.output_batch(out, index, size)
+        return prompt, output
+
+    return lengths
+
+
+def closed_start_delay(p: ClosedLoopParams, profile_delay: float | None) -> float:
+    """The serving start: given, or the profile's fitted delay (`profile`, or null under a profile), else 0."""
+    if isinstance(p.start_delay_s, float):
+        return p.start_delay_s
+    if profile_delay is None:
+        if p.start_delay_s == "profile":
+            raise ValueError("start_delay_s: profile needs engine.profile")
+        return 0.0
+    return profile_delay
+
+
+def _closed_clients(p: ClosedLoopParams, ctx: ClientContext) -> list:
+    start = closed_start_delay(p, ctx.profile_start_delay_s)
+    out = []
+    for i in range(ctx.n_sidecars):
+        lengths = _closed_lengths(p, ctx.seed, i)
+        if p.mode == "batch":
+            cc = p.concurrency
+            conc = (
+                clients.Concurrency.steady(cc.c)
+                if isinstance(cc, SteadyConcurrency)
+                else clients.Concurrency(cc.quiet, cc.busy, cc.period_s, cc.window_s, cc.phase_s)
+            )
+            out.append(clients.BatchLoop(conc, lengths, start, ctx.horizon_s, p.client_gap_s))
+        else:
+            th = p.think_s
+            if isinstance(th, ExponentialThink):
+                kind, value = "exponential", th.mean_s
+            else:
+                kind, value = "constant", th.s if isinstance(th, ConstantThink) else float(th)
+            think = clients.ThinkTimes(kind, value, lambda u, i=i: stream(ctx.seed, "arrivals", i, "user", u), p.users)
+            out.append(clients.UsersLoop(p.users, think, lengths, start, ctx.horizon_s))
+    return out
+
+
+_register(
+    WorkloadKind(
+        "closed_loop",
+        ClosedLoopParams,
+        _no_arrivals,
+        "Closed-loop clients: requests are created as earlier ones finish, not drawn in advance. "
+        "mode batch is the paper testbed's loop (a batch of c(t) requests at once, the next when the whole "
+        "batch is done plus client_gap_s; every request records the batch's latency; c(t) steady or bursty, "
+        "decided at batch start); mode users is N users who send, wait for the answer, think, and send again. "
+        "Batches and requests start while t < horizon_s, serving from start_delay_s on.",
+        _closed_clients,
+    )
+)
+
+
+def make_clients(
+    spec: BaseModel, *, n_sidecars: int, horizon_s: float, seed: int, profile_start_delay_s: float | None
+) -> list | None:
+    """Each sidecar's closed-loop client (models.clients), or None for an open-loop kind."""
+    entry = WORKLOADS[spec.kind]
+    if entry.clients is None:
+        return None
+    return entry.clients(spec, ClientContext(int(n_sidecars), float(horizon_s), int(seed), profile_start_delay_s))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,13 +11,17 @@ import numpy as np
 
 from wadiloco.models.batching import EngineStep
 from wadiloco.models.capacity import sidecar_capacity_rps
+from wadiloco.models.clients import BatchLoop
 from wadiloco.models.config import Resolved
+from wadiloco.models.cotenant import resolve_profile
 from wadiloco.models.interference import InterferenceWeights
-from wadiloco.models.latency import LatencyModel
+from wadiloco.models.latency import LatencyModel, default_latency
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
+from wadiloco.models.profiles import ModelFit, model_fit
 from wadiloco.models.rng import stream
 from wadiloco.models.scenario import Scenario
-from wadiloco.models.workloads import Arrivals, generate_arrivals
+from wadiloco.models.workloads import WORKLOADS, Arrivals, generate_arrivals
+from wadiloco.models.workloads import make_clients as workload_clients
 from wadiloco.sim.engine import Lookahead, Sidecar
 from wadiloco.sim.resources import HostRes
 
@@ -32,7 +36,10 @@ def checks_on(sc: Scenario, check: bool | None) -> bool:
 
 
 def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
-    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs."""
+    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs;
+    none under an engine profile's model (its fitted law is the whole iteration: GPU-bound twin)."""
+    if sc.engine.model is not None:
+        return 0.0
     return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
 
 
@@ -45,6 +52,38 @@ def engine_step(sc: Scenario) -> EngineStep:
         host_per_token_s=e.host_per_token_s,
         front_per_request_s=e.frontend_per_request_s,
         front_per_token_s=e.frontend_per_token_s,
+    )
+
+
+def profile_model(sc: Scenario) -> ModelFit | None:
+    """The engine profile's fit of `engine.model` (models.profiles), or None without one."""
+    e = sc.engine
+    if e.model is None:
+        return None
+    return model_fit(str(resolve_profile(e.profile, sc.base_dir, sc.source)), e.model)
+
+
+def engine_latency(sc: Scenario, given: LatencyModel | None) -> LatencyModel:
+    """The engine's iteration law: `given` (tests), the profile model's a + d*batch, or the H200 fit."""
+    if given is not None:
+        return given
+    fit = profile_model(sc)
+    return fit.latency() if fit is not None else default_latency()
+
+
+def make_clients(r: Resolved, seed: int) -> list | None:
+    """Each sidecar's closed-loop client (models.clients), None for open-loop workloads. Its start
+    delay may come from the engine profile (workload.start_delay_s: profile, or omitted)."""
+    sc = r.scenario
+    if WORKLOADS[r.workload.kind].clients is None:
+        return None
+    fit = profile_model(sc)
+    return workload_clients(
+        r.workload,
+        n_sidecars=sc.fleet.n_sidecars,
+        horizon_s=sc.horizon_s,
+        seed=seed,
+        profile_start_delay_s=fit.start_delay_s if fit is not None else None,
     )
 
 
@@ -78,10 +117,30 @@ def make_arrivals(
     return (injected if injected is not None else generated), (seen_caps[-1] if seen_caps else None)
 
 
+def client_column(client) -> str:
+    """The request-table column a closed loop's tags go to."""
+    return "batch" if isinstance(client, BatchLoop) else "user"
+
+
+def check_clients(req: dict[str, np.ndarray], clients: list) -> None:
+    """Each sidecar's closed-loop invariants (models.clients) on its rows of the request table."""
+    for s, client in enumerate(clients):
+        mine = req["sidecar"] == s
+        client.check(req["arrival"][mine], req["finish"][mine], req[client_column(client)][mine])
+
+
 def make_sidecars(
-    env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, hosts: list[HostRes], la: Lookahead
+    env,
+    sc: Scenario,
+    arrivals: list[Arrivals],
+    lat: LatencyModel,
+    host_s: float,
+    hosts: list[HostRes],
+    la: Lookahead,
+    clients: list | None = None,
 ) -> list[Sidecar]:
-    """One engine per sidecar, on its host's GPU and CPU path; `la` bounds how far it runs ahead."""
+    """One engine per sidecar, on its host's GPU and CPU path; `la` bounds how far it runs ahead;
+    with `clients` (closed loop), each engine serves its client's requests."""
     per_host, step = sc.fleet.sidecars_per_host, engine_step(sc)
     return [
         Sidecar(
@@ -98,6 +157,7 @@ def make_sidecars(
             lookahead=la,
             step=step,
             front=hosts[s // per_host].fronts[s % per_host] if step.frontend else None,
+            client=clients[s] if clients is not None else None,
         )
         for s in range(sc.fleet.n_sidecars)
     ]

@@ -72,10 +72,10 @@ class Sidecar:
         lookahead: Lookahead | None = None,
         step: EngineStep = TODAYS_STEP,
         front: Link | None = None,
+        client=None,
     ):
         self.env = env
         self.idx = idx
-        self.t_arr = arrivals.t
         self.core = core = EngineState(
             arrivals.t,
             arrivals.prompt,
@@ -88,7 +88,16 @@ class Sidecar:
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")
+        # The arrival times: the workload's own array, or (closed loop: models.clients) the engine's,
+        # which grows as the client creates requests.
+        self.t_arr = arrivals.t
+        # Per-request results; a closed loop's arrays grow (reallocated), so read them by `results()`.
         self.admitted, self.first_token, self.finish = core.admitted, core.first_token, core.finish
+        if client is not None:
+            core.attach(client)
+            self.t_arr = core.t_arr
+            self.admitted = self.first_token = self.finish = None
+        self.client = client
         # queries on the present state: queue_len(now), running(), counts(now) (models.serving)
         self.queue_len, self.running, self.counts = core.queue_len, core.running, core.counts
         self.gpu, self.host, self.front = gpu, host, front
@@ -104,6 +113,11 @@ class Sidecar:
         self.proc = env.process(serve(core, self, self.la, fast_forward))
 
     # -- observation (present state only) -------------------------------------------------------
+    def results(self) -> tuple:
+        """(admitted, first_token, finish) of every request so far."""
+        c = self.core
+        return c.admitted[: c.n], c.first_token[: c.n], c.finish[: c.n]
+
     @property
     def clock(self) -> float:
         return self.core.now

@@ -19,12 +19,22 @@ import simpy
 
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import Resolved, resolve
-from wadiloco.models.latency import LatencyModel, default_latency
+from wadiloco.models.latency import LatencyModel
 from wadiloco.models.metrics import add_labels, request_table, summarize, testbed_figures
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.training import ProgressModel
 from wadiloco.models.workloads import Arrivals, arrivals_hash
-from wadiloco.sim.build import checks_on, engine_host_s, make_arrivals, make_policy, make_sidecars
+from wadiloco.sim.build import (
+    check_clients,
+    checks_on,
+    client_column,
+    engine_host_s,
+    engine_latency,
+    make_arrivals,
+    make_clients,
+    make_policy,
+    make_sidecars,
+)
 from wadiloco.sim.cotenant import Cotenant
 from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
@@ -73,13 +83,16 @@ class Fleet:
         self.seed, self.draw = int(seed), draw
         self.check = checks_on(sc, check)
         self.env = env = simpy.Environment()
-        self.lat = latency or default_latency()
+        self.lat = engine_latency(sc, latency)
         w = resolve_weights(sc)
         self.host_s = engine_host_s(sc, w)
         self.arrivals, self.capacity_rps = make_arrivals(r, self.seed, self.lat, self.host_s, arrivals)
+        self.clients = make_clients(r, self.seed) if arrivals is None else None
         self.res = Resources(env, sc, self.check)
         self.bound = bound = LookaheadBound(sc.horizon_s + sc.drain_s, lookahead)
-        self.sidecars = make_sidecars(env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead)
+        self.sidecars = make_sidecars(
+            env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
+        )
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
@@ -136,23 +149,8 @@ class Fleet:
         self.env.run(until=self.bound.end)
         wall = time.perf_counter() - t0
         merges = self.trainer.completed_merges()
-        # the arrivals' own arrays (no per-request copies: this table is the run's peak of memory)
-        req = request_table(
-            [
-                (
-                    s.t_arr,
-                    np.asarray(a.prompt, dtype=np.int64),
-                    np.asarray(a.output, dtype=np.int64),
-                    s.admitted,
-                    s.first_token,
-                    s.finish,
-                )
-                for s, a in zip(self.sidecars, self.arrivals)
-            ],
-            self.sc.slo.ttft_s,
-            self.sc.slo.tpot_s,
-            merges,
-        )
+        slo = self.sc.slo
+        req = request_table(self._per_sidecar(), slo.ttft_s, slo.tpot_s, merges, slo.e2e_s)
         if self.r.labels is not None:
             add_labels(req, self.r.labels.columns(req["arrival"], np.array([m.end for m in merges], dtype=float)))
         summary = self._summary(req, merges, wall)
@@ -173,10 +171,35 @@ class Fleet:
             self.cotenant.windows() if self.cotenant is not None else [],
         )
 
+    def _per_sidecar(self) -> list[tuple]:
+        """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
+        run's peak of memory); a closed loop's requests are the engines' own, with their client's
+        columns (models.clients: the batch or user, and when the client saw each request done)."""
+        if self.clients is None:
+            return [
+                (
+                    s.t_arr,
+                    np.asarray(a.prompt, dtype=np.int64),
+                    np.asarray(a.output, dtype=np.int64),
+                    s.admitted,
+                    s.first_token,
+                    s.finish,
+                )
+                for s, a in zip(self.sidecars, self.arrivals)
+            ]
+        out = []
+        for s, client in zip(self.sidecars, self.clients):
+            c = s.core
+            tag = np.array(c.tag, dtype=np.int64)
+            extra = {client_column(client): tag, "done": client.done_times(tag)}
+            t, p, o = np.array(c.t_arr, dtype=np.float64), np.array(c.prompt, np.int64), np.array(c.output, np.int64)
+            out.append((t, p, o, *s.results(), extra))
+        return out
+
     def _summary(self, req: dict[str, np.ndarray], merges: list[MergeRecord], wall: float) -> dict[str, Any]:
         tr = self.trainer
         final_step = max(tr.island_step) if tr.island_step else 0
-        summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s)
+        summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s, self.sc.slo.e2e_s)
         summary.update(
             {
                 "scenario": self.sc.name,
@@ -188,7 +211,7 @@ class Fleet:
                 "inner_steps": final_step,
                 "sim_time_s": float(self.env.now),
                 "wall_time_s": wall,
-                "arrivals_hash": arrivals_hash(self.arrivals),
+                "arrivals_hash": arrivals_hash(self.arrivals if self.clients is None else self._created(req)),
                 "capacity_rps_per_sidecar": self.capacity_rps,
                 "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
                 "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
@@ -206,11 +229,19 @@ class Fleet:
             }
         return summary
 
+    def _created(self, req: dict[str, np.ndarray]) -> list[Arrivals]:
+        """A closed loop's requests as arrivals: what its runs are compared by (they differ by policy)."""
+        by = [req["sidecar"] == s for s in range(len(self.sidecars))]
+        return [Arrivals(req["arrival"][m], req["prompt"][m], req["output"][m]) for m in by]
+
     def check_invariants(self, req: dict[str, np.ndarray], merges: list[MergeRecord]) -> None:
-        inv.check_requests(req, sum(len(a.t) for a in self.arrivals))
-        done = np.bincount(req["sidecar"][req["completed"]], minlength=len(self.sidecars))
-        for i, (s, a) in enumerate(zip(self.sidecars, self.arrivals)):
-            inv.check_conservation(i, s.counts(self.env.now), len(a.t), int(done[i]))
+        counts = [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
+        inv.check_requests(req, sum(counts))
+        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
+        for i, s in enumerate(self.sidecars):
+            inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
+        if self.clients is not None:
+            check_clients(req, self.clients)
         inv.check_merges(merges)
         inv.check_peak_load(self.res.peak_load())
         cls = self.r.policy
