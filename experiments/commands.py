@@ -9,6 +9,8 @@ from pathlib import Path
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
 
+# timeline.csv's columns with their units (sim.monitor's keys; docs/data_dictionary.md)
+TIMELINE_CSV_COLUMNS = {"t": "t_s", "p_net": "net_busy_frac", "p_ckpt": "ckpt_busy_frac"}
 SEED_HELP = "random seed: every policy run on one seed sees the same requests"
 
 
@@ -114,18 +116,20 @@ def _write_run(out, res, s: dict) -> None:
     write_atomic(out / "requests.csv", requests_csv(res.requests))
     rows = [
         {
-            "index": m.index,
+            "merge_index": m.index,
             "step": m.step,
-            "decided_at": m.decided_at,
-            "start": m.start,
-            "end": m.end,
-            **{f"{k}_start": v[0] for k, v in m.phases.items()},
-            **{f"{k}_end": v[1] for k, v in m.phases.items()},
+            "decided_at_s": m.decided_at,
+            "start_s": m.start,
+            "end_s": m.end,
+            "duration_s": m.end - m.start,
+            **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
+            **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
         }
         for m in res.merges
     ]
     write_atomic(out / "merges.csv", pd.DataFrame(rows).to_csv(index=False))
-    write_atomic(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
+    timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
+    write_atomic(out / "timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
     write_atomic(out / "summary.json", dumps(s) + "\n")
 
 
@@ -266,10 +270,16 @@ def cmd_trace(args) -> int:
 
     d = describe(load_trace(args.path, args.format))
     if args.json:
-        sys.stdout.write(json.dumps(d, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(trace_json(d), indent=2, default=str) + "\n")
     else:
         sys.stdout.write("\n".join(trace_lines(d)) + "\n")
     return 0
+
+
+def trace_json(d: dict) -> dict:
+    """describe()'s keys with their units: `mean_rate_rps`, `requests`, token counts as `_tokens`."""
+    units = {"rows": "requests", "mean_rate": "mean_rate_rps"}
+    return {units.get(k, f"{k}_tokens" if k.startswith(("prompt_", "output_")) else k): v for k, v in d.items()}
 
 
 def trace_lines(d: dict) -> list[str]:

@@ -60,10 +60,13 @@ def dumps(obj: Any) -> str:
 
 
 def requests_csv(req: dict[str, np.ndarray]) -> str:
+    """requests.csv: the request table under its labelled names (models.metrics.REQUEST_CSV_COLUMNS)."""
     import io
 
     import pandas as pd
 
+    from wadiloco.models.metrics import labelled_requests
+
     buf = io.StringIO()
-    pd.DataFrame(req).to_csv(buf, index=False, float_format="%.9g")
+    pd.DataFrame(labelled_requests(req)).to_csv(buf, index=False, float_format="%.9g")
     return buf.getvalue()

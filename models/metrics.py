@@ -101,6 +101,36 @@ def request_table(
     return r
 
 
+# The request table's columns as a user reads them (requests.csv): units in the names, the merge
+# phase by name, and no column called `merge` (it would shadow DataFrame.merge). Columns not named
+# here (testbed labels) keep their names. docs/data_dictionary.md describes each.
+REQUEST_CSV_COLUMNS = {
+    "sidecar": "sidecar",
+    "arrival": "arrival_s",
+    "prompt": "prompt_tokens",
+    "output": "output_tokens",
+    "admitted": "admitted_s",
+    "first_token": "first_token_s",
+    "finish": "finish_s",
+    "ttft": "ttft_s",
+    "e2e": "e2e_s",
+    "tpot": "tpot_s",
+    "completed": "completed",
+    "violated": "slo_violated",
+    "merge": "merge_index",
+    "phase": "merge_phase",
+}
+
+
+def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The request table with requests.csv's column names and phases as names ('' for none)."""
+    out = {REQUEST_CSV_COLUMNS.get(k, k): v for k, v in r.items()}
+    if "merge_phase" in out:
+        names = np.array([*PHASE_NAMES, ""], dtype=object)
+        out["merge_phase"] = names[np.where(out["merge_phase"] >= 0, out["merge_phase"], len(PHASE_NAMES))]
+    return out
+
+
 # Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
 # whether a request started in a sync window, and with a pressure source, the max pressure at its
 # start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).

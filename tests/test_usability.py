@@ -134,3 +134,27 @@ def test_capacity_says_when_no_merge_happened(tmp_path, capsys):
     assert "merges per run" in md and "no run made a merge" in md
     prov = json.loads((d / "whatif.json").read_text())["provenance"]
     assert prov["policy"] == "fixed" and prov["seeds"] == [0] and prov["search"]["horizon_s"] == 20
+
+
+def test_result_files_name_their_units_and_phases(tmp_path, capsys):
+    """requests.csv has no `merge` column (DataFrame.merge) and writes phases by name; every column
+    the files hold is in the data dictionary."""
+    import pandas as pd
+
+    out = tmp_path / "o"
+    argv = ["run", BURSTY, "--set", "horizon_s=120", "--set", "merge.h_min=64", "--set", "merge.h_max=128"]
+    assert _cli([*argv, "--set", "policy.params.H=96", "--out", str(out)], capsys)[0] == 0
+    req = pd.read_csv(out / "requests.csv", keep_default_na=False)
+    assert "merge" not in req.columns and {"arrival_s", "prompt_tokens", "ttft_s", "merge_index"} <= set(req.columns)
+    hit = req[req["merge_index"] >= 0]
+    assert len(hit) and set(hit["merge_phase"]) <= {"stage", "allreduce", "outer", "ckpt"}
+    assert set(req.loc[req["merge_index"] < 0, "merge_phase"]) <= {""}
+    merges = pd.read_csv(out / "merges.csv")
+    assert (merges["duration_s"] > 0).all() and "ckpt_end_s" in merges.columns
+    timeline = pd.read_csv(out / "timeline.csv")
+    dictionary = (ROOT / "docs" / "data_dictionary.md").read_text()
+    for col in [*req.columns, *timeline.columns, "merge_index", "decided_at_s", "start_s", "end_s", "duration_s"]:
+        assert f"`{col}`" in dictionary, col
+    summary = json.loads((out / "summary.json").read_text())
+    for key in summary:
+        assert f"`{key}`" in dictionary or key.endswith(("_p50_s", "_p95_s", "_p99_s")), key
