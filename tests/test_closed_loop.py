@@ -319,3 +319,40 @@ def test_users_invariants_fire_when_broken():
     arr[k] -= 1e-4  # sent before its previous request was answered
     with pytest.raises(InvariantError, match="two requests"):
         client.check(arr, q["finish"], q["user"])
+
+
+# ---- the full simulator against the fit's fluid oracle ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["vllm-1p5b-sync-heavy", "vllm-1p5b-pressure-heavy", "vllm-0p5b-baseline"])
+def test_the_full_simulator_runs_a_stage10_loop_as_the_fit_does(name):
+    """A Stage 10 run through the ordinary simulator (closed loop in the engine, the co-tenant as a GPU
+    hold of weight w, an iteration law of L_u / O per iteration) starts its batches where the fit's
+    fluid (models.testbed.fit, fluid.closed_loop) does: the twin the fit calibrates is the one that runs."""
+    s, f = fit.run_spec(name)["settings"], fit.fit_run(name)
+    outs = fit.outputs_of(s)
+    o_ref = outs if isinstance(outs, int) else max(outs)
+    lat = LatencyModel(f.l_u / o_ref, 0.0, 0.0, 0.0, r2=float("nan"), n=0, max_rel_err=float("nan"))
+    tables = {
+        "sync": {"kind": "periodic", "period_s": 37.0, "window_s": 8.0},
+        "pressure": {"kind": "pressure", "period_s": 90.0},
+    }
+    tables["both"] = {"kind": "union", "of": [tables["pressure"], tables["sync"]]}
+    out_spec = outs if isinstance(outs, int) else list(outs)
+    sc = scenario(
+        {
+            "concurrency": {"kind": "steady", "c": s["concurrency"]},
+            "prompts": s["prompts"],
+            "output_tokens": out_spec,
+            "start_delay_s": f.start_delay,
+        },
+        horizon_s=float(s["duration_s"]),
+        drain_s=30.0,
+        cotenant={"weight": f.weight, "timetable": tables[s["stress"]["mode"]]},
+        merge={"phases": []},
+    )
+    q = run(sc, lat=lat).requests
+    starts = np.unique(q["arrival"])
+    b, _ = fit._batches(s, f.l_u, f.l_s, f.start_delay)
+    assert len(starts) == len(b.start)
+    np.testing.assert_allclose(starts, b.start, rtol=0, atol=1e-6)
