@@ -98,7 +98,18 @@ def render_md(blocks) -> str:
     return "\n\n".join(out) + "\n"
 
 
-def render_html(title: str, blocks) -> str:
+def _img_src(path: str, base: Path | None) -> str:
+    """A figure as a data URI when its file is at hand, so the HTML report is one file that still
+    shows its figures when moved or mailed; its relative path otherwise."""
+    f = base / path if base is not None else None
+    if f is None or not f.is_file():
+        return path
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode("ascii")
+
+
+def render_html(title: str, blocks, base: Path | None = None) -> str:
     e = html.escape
     out = [
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{e(title)}</title>",
@@ -118,7 +129,7 @@ def render_html(title: str, blocks) -> str:
         elif kind == "table":
             out.append(b[1].to_html(index=False, escape=True, na_rep="n/a", border=0))
         elif kind == "img":
-            out.append(f"<p><img src='{e(b[1])}' alt='{e(b[2])}'></p>")
+            out.append(f"<p><img src='{e(_img_src(b[1], base))}' alt='{e(b[2])}'></p>")
         elif kind == "pre":
             out.append(f"<pre>{e(b[1])}</pre>")
     out.append("</body></html>\n")
@@ -146,7 +157,7 @@ def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
     blocks = _report_blocks(plan, runs, res, figs)
     title = f"Sweep report: {plan.name}"
     write_atomic(out / "report.md", render_md(blocks))
-    write_atomic(out / "report.html", render_html(title, blocks))
+    write_atomic(out / "report.html", render_html(title, blocks, out))
     return {"runs": runs, **res, "figures": figs}
 
 

@@ -255,7 +255,10 @@ def test_tiny_sweep_outputs(tiny):
 
     report = (out / "report.md").read_text()
     assert "Load match" in report and "identical arrivals" in report and "MISMATCH" not in report
-    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    # self-contained: every figure embedded, none linked by a path that breaks when the file moves
+    assert page.count("src='data:image/png;base64,") >= 5 and "src='figures/" not in page
     for f in ["sync_excess.png", "envelope.png", "tradeoff.png", "timeline_normal.png", "timeline_bursty.png"]:
         p = out / "figures" / f
         assert p.exists() and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG", f
