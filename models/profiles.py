@@ -191,5 +191,5 @@ def model_fit(path: str, model: str) -> ModelFit:
     spec = validate(ProfileSpec, read_yaml(Path(path)), path)
     if model not in spec.models:
         raise InputError(path, "models", f"profile {spec.name!r} has no model {model!r}")
-    slope = _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    slope = spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
     return _model_fit(spec.models[model].runs, slope)
