@@ -25,6 +25,7 @@ from wadiloco.models.config import Scenario, with_overrides
 from wadiloco.models.errors import InputError
 
 MIN_MERGES = 2  # fewer merges per run than this and a "cost of training" is one merge's anecdote
+MAX_BISECTIONS = 40  # a bracket 1.55 wide narrows to 1.4e-12 in 40 steps; past that is noise
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,31 @@ class SearchSpec:
     hi: float = 1.6
     tol: float = 0.01
     horizon_s: float | None = None
+
+    def bisections(self) -> int:
+        """Steps the bisection takes per seed to narrow [lo, hi] to `tol`."""
+        return max(0, math.ceil(math.log2((self.hi - self.lo) / self.tol))) if self.tol < self.hi - self.lo else 0
+
+
+def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1) -> None:
+    """Refuse, before any run, a search that cannot end in reasonable time: too fine a --tol, too
+    many runs in all, or a single run (at the top load of the bracket) over the limits."""
+    from wadiloco.models.limits import check_count, check_run
+
+    n = spec.bisections()
+    if n > MAX_BISECTIONS:
+        smallest = (spec.hi - spec.lo) / 2**MAX_BISECTIONS
+        raise InputError(
+            "<command line>",
+            "--tol",
+            f"{spec.tol:g} needs {n} bisection steps per seed, more than {MAX_BISECTIONS}; "
+            f"use --tol {smallest:.2g} or more",
+        )
+    arms = 1 if policy == "no_sync" else 2
+    check_count("runs", seeds * arms * (2 + n), "<command line>", "--seeds", "runs this search needs")
+    check_count("workers", workers, "<command line>", "--workers", "worker processes")
+    top = {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
+    check_run(with_overrides(sc, top), prefix="at the top of the load bracket: ")
 
 
 def attainment_at(
@@ -82,7 +108,9 @@ def search_seed(
     a_hi, _, m_hi = at(hi)
     if a_hi >= spec.attainment:
         return found(hi, m_hi, [hi, math.inf], f"target still met at the top of the range (load {hi})")
-    while hi - lo > spec.tol:
+    for _ in range(MAX_BISECTIONS):  # the bound holds whatever tol is
+        if not hi - lo > spec.tol:
+            break
         mid = 0.5 * (lo + hi)
         a, _, m = at(mid)
         if a >= spec.attainment:

@@ -1,13 +1,21 @@
 """`wadiloco`: the one entry point. Each subcommand lives in the module that owns its work and
 registers itself through `add_parser(subparsers)`; this file loads the $WADILOCO_PLUGINS policy
-modules (first, so every command knows their policies), dispatches, and turns `InputError` into a
-one-paragraph message and exit code 2 (never a traceback)."""
+modules (first, so every command knows their policies), dispatches, and is the one error path of
+every command: an input, OS or resource error becomes one message naming the file and the field
+and exit code 2, never a traceback. SIGTERM and SIGHUP unwind like Ctrl-C (each command cleans up
+what it started) and exit 128 + the signal's number; a closed standard output (`| head`) ends
+quietly, as other Unix tools do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import signal
 import sys
+import threading
 
 from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
 from wadiloco.models.errors import InputError
@@ -18,6 +26,22 @@ COMMAND_MODULES = [
     "wadiloco.experiments.planning_cli",
     "wadiloco.experiments.sweep.cli",
 ]
+EXIT_INPUT = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug, not the user's input
+EXIT_PIPE = 128 + signal.SIGPIPE
+DEBUG_ENV = "WADILOCO_DEBUG"  # =1: let an unexpected exception show its traceback
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so that it unwinds like Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_code(e: KeyboardInterrupt) -> int:
+    return 128 + (e.signum if isinstance(e, Stopped) else signal.SIGINT)
 
 
 DESCRIPTION = (
@@ -46,7 +70,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default exits 2 with usage; keep it, but one paragraph
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
+        raise SystemExit(EXIT_INPUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,22 +85,81 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # no stderr to say it on
+
+
+def _stdout_gone() -> None:
+    """Point standard output at /dev/null, so the interpreter's own flush at exit cannot fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _on_signal(signum, frame):
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)  # once: the clean-up it starts is not cut short by a second
+    raise Stopped(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+    try:
+        return _main(argv)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         load_plugins(plugin_modules())
-    except InputError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
-    args = build_parser().parse_args(argv)
-    try:
+        args = build_parser().parse_args(argv)
         rc = args.func(args)
+        sys.stdout.flush()
+        return int(rc or 0)
     except InputError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return 130
-    return int(rc or 0)
+        _say(f"error: {e}")
+    except KeyboardInterrupt as e:
+        if not getattr(e, "reported", False):
+            _say(f"stopped by {e}" if isinstance(e, Stopped) else "interrupted")
+        return exit_code(e)
+    except BrokenPipeError:
+        _stdout_gone()  # the reader went away (`| head`): end quietly
+        return EXIT_PIPE
+    except OSError as e:
+        return _os_error(e)
+    except MemoryError:
+        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and README, Input safety)")
+    except RecursionError:
+        _say("error: an input is nested too deeply to process")
+    except Exception as e:  # noqa: BLE001 - no traceback, ever; but say it is ours
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        _say(
+            f"internal error: {type(e).__name__}: {e} (a bug, or an input the checks missed; {DEBUG_ENV}=1 shows where)"
+        )
+        return EXIT_INTERNAL
+    return EXIT_INPUT
+
+
+def _os_error(e: OSError) -> int:
+    stdout_failed = e.filename is None and e.errno in (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EPIPE)
+    if stdout_failed:
+        _stdout_gone()
+        _say(f"error: cannot write to standard output: {e.strerror or e}")
+    else:
+        where = f"{e.filename}: " if e.filename else ""
+        _say(f"error: {where}{e.strerror or e}")
+    return EXIT_INPUT
 
 
 if __name__ == "__main__":  # pragma: no cover

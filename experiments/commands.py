@@ -8,6 +8,7 @@ from pathlib import Path
 
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
+from wadiloco.models.schema import MAX_INT
 
 # timeline.csv's columns with their units (sim.monitor's keys; docs/data_dictionary.md)
 TIMELINE_CSV_COLUMNS = {"t": "t_s", "p_net": "net_busy_frac", "p_ckpt": "ckpt_busy_frac"}
@@ -17,11 +18,13 @@ SEED_HELP = "random seed: every policy run on one seed sees the same requests"
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run one scenario and print a summary")
     _scenario_args(p)
-    p.add_argument("--seed", type=int, default=0, help=SEED_HELP)
-    p.add_argument("--draw", type=int, default=0, help="draw index for randomised controls (matched_random)")
+    p.add_argument("--seed", type=seed_arg, default=0, help=SEED_HELP + " (0 to 2^63 - 1)")
+    p.add_argument("--draw", type=seed_arg, default=0, help="draw index for randomised controls (matched_random)")
     p.add_argument(
-        "--out", help="folder for requests.csv, merges.csv, timeline.csv and summary.json (docs/data_dictionary.md)"
+        "--out",
+        help="new or empty folder for requests.csv, merges.csv, timeline.csv, summary.json (docs/data_dictionary.md)",
     )
+    p.add_argument("--force", action="store_true", help="overwrite the result of an earlier run in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     p.add_argument("--check", action="store_true", help="check invariants at the end of the run")
     p.set_defaults(func=cmd_run)
@@ -72,35 +75,61 @@ def load_run(args):
     return r
 
 
+def seed_arg(v: str) -> int:
+    """A seed or draw index: a whole number from 0 to 2^63 - 1 (numpy's SeedSequence takes no
+    negative seed)."""
+    import argparse
+
+    if not (v.isascii() and v.isdigit()) or len(v) > 19 or int(v) > MAX_INT:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 2^63 - 1, got {_shown(v)}")
+    return int(v)
+
+
+def _shown(v: str) -> str:
+    return repr(v) if len(v) <= 40 else f"{v[:20]!r}... ({len(v)} characters)"
+
+
 def parse_params(items: list[str]) -> dict:
-    import yaml
+    """--param KEY=VALUE items; values are YAML read as scenario files are (strict types, no
+    duplicate keys, bounded size and depth)."""
+    from wadiloco.models.schema import check_finite, load_yaml_text
 
     out = {}
     for it in items:
         if "=" not in it:
-            raise InputError("<command line>", "--param", f"expected KEY=VALUE, got {it!r}")
-        k, v = it.split("=", 1)
-        try:
-            out[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError:
-            raise InputError("<command line>", f"--param {k}", f"cannot parse value {v!r}") from None
+            raise InputError("<command line>", "--param", f"expected KEY=VALUE, got {_shown(it)}")
+        k, v = (s.strip() for s in it.split("=", 1))
+        if not k:
+            raise InputError("<command line>", "--param", f"no key before '=' in {_shown(it)}")
+        value = load_yaml_text(v, "<command line>", f"--param {k}")
+        check_finite(value, "<command line>", f"--param {k}")
+        out[k] = value
     return out
 
 
 def cmd_run(args) -> int:
     from wadiloco.experiments import provenance
-    from wadiloco.experiments.output import dumps, prepare_dir
+    from wadiloco.experiments.output import ResultDir, dumps
     from wadiloco.experiments.runner import run_one
+    from wadiloco.models.limits import check_run, notes
 
     r = load_run(args)
-    out = prepare_dir(args.out) if args.out else None
+    check_run(r.scenario, r.workload)  # before anything is built or created
+    out = ResultDir(args.out, "run", args.force) if args.out else None
+    for note in notes(r.scenario, r.policy_name):
+        sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
     res = run_one(r, args.seed, draw=args.draw, check=check)
     # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
     s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
     s["provenance"] = provenance.of_run(r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
-        _write_run(out, res, s)
+        out.open()
+        try:
+            _write_run(out, res, s)
+        except BaseException:
+            out.discard()  # what this run created, and only that
+            raise
     if args.json:
         sys.stdout.write(dumps(s) + "\n")
     else:
@@ -111,9 +140,9 @@ def cmd_run(args) -> int:
 def _write_run(out, res, s: dict) -> None:
     import pandas as pd
 
-    from wadiloco.experiments.output import dumps, requests_csv, write_atomic
+    from wadiloco.experiments.output import dumps, requests_csv
 
-    write_atomic(out / "requests.csv", requests_csv(res.requests))
+    out.write("requests.csv", requests_csv(res.requests))
     rows = [
         {
             "merge_index": m.index,
@@ -127,10 +156,10 @@ def _write_run(out, res, s: dict) -> None:
         }
         for m in res.merges
     ]
-    write_atomic(out / "merges.csv", pd.DataFrame(rows).to_csv(index=False))
+    out.write("merges.csv", pd.DataFrame(rows).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
-    write_atomic(out / "timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
-    write_atomic(out / "summary.json", dumps(s) + "\n")
+    out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
+    out.write("summary.json", dumps(s) + "\n")
 
 
 def cmd_show(args) -> int:
@@ -200,20 +229,26 @@ def _latencies(s: dict, name: str, qs=(50, 95, 99)) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    import numpy as np
+
     from wadiloco.models.interference import fit_weights
     from wadiloco.models.latency import fit_latency, load_calibration
+    from wadiloco.models.schema import check_input
 
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
     if args.file:
         p = Path(args.file)
-        if not p.exists():
-            raise InputError(p, "--file", "file not found")
+        check_input(p, p, "--file", "calibration JSON file")
+        cal = load_calibration(p)  # a bounded read; errors name the file
         try:
-            cal = load_calibration(p)
             lat, w = fit_latency(cal), fit_weights(cal)
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(p, "", f"not a calibration file of the expected shape ({type(e).__name__}: {e})") from None
+        except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
+            what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
+            why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
+            raise InputError(p, "", why) from None
+        if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
+            raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
     else:
         lat, w = fit_latency(), fit_weights()
     if args.json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from wadiloco.models.errors import InputError
@@ -23,7 +24,10 @@ def add_parser(sub) -> None:
         metavar="PATH=V1,V2,...",
         help="dotted YAML path and values, e.g. fleet.interisland_gbps=10,25,100",
     )
-    p.add_argument("--out", required=True, help="folder for whatif.csv, whatif.md, whatif.png and whatif.json")
+    p.add_argument(
+        "--out", required=True, help="new or empty folder for whatif.csv, whatif.md, whatif.png and whatif.json"
+    )
+    p.add_argument("--force", action="store_true", help="overwrite the result of an earlier whatif in --out")
     p.set_defaults(func=cmd_whatif)
 
 
@@ -55,20 +59,21 @@ def _common(p) -> None:
 
 
 def _setup(args):
-    from wadiloco.experiments.capacity import SearchSpec
+    from wadiloco.experiments.capacity import SearchSpec, check_search
     from wadiloco.experiments.commands import load_run, parse_params
     from wadiloco.models.config import policy_choice
 
     r = load_run(args)  # the scenario with --set applied, and the policy checked against it
     sc = r.scenario
     policy, params = policy_choice(sc, args.policy, parse_params(args.param) if args.param else None)
-    if args.horizon is not None and not args.horizon > 0:
-        raise InputError("<command line>", "--horizon", "must be > 0")
-    if not args.tol > 0:
-        raise InputError("<command line>", "--tol", "must be > 0")
+    if args.horizon is not None and not (math.isfinite(args.horizon) and args.horizon > 0):
+        raise InputError("<command line>", "--horizon", "must be a finite number > 0")
+    if not (math.isfinite(args.tol) and args.tol > 0):
+        raise InputError("<command line>", "--tol", "must be a finite number > 0")
     if args.workers < 1:
         raise InputError("<command line>", "--workers", "must be at least 1")
     spec = SearchSpec(attainment=args.attainment, tol=args.tol, horizon_s=args.horizon)
+    check_search(sc, policy, args.seeds, spec, args.workers)
     return sc, policy, params, spec
 
 
@@ -141,28 +146,53 @@ def _provenance(args, sc, policy: str, params: dict, spec) -> dict:
 
 
 def parse_vary(text: str) -> tuple[str, list]:
-    import yaml
+    """PATH=V1,V2,...: each value is YAML, read as scenario files are (strict types, bounded)."""
+    from wadiloco.models.schema import check_finite, load_yaml_text
 
     if "=" not in text:
-        raise InputError("<command line>", "--vary", f"expected PATH=V1,V2,..., got {text!r}")
-    path, vals = text.split("=", 1)
-    values = [yaml.safe_load(v) for v in vals.split(",") if v.strip()]
-    if not path.strip() or not values:
+        raise InputError("<command line>", "--vary", f"expected PATH=V1,V2,..., got {text[:60]!r}")
+    path, vals = (s.strip() for s in text.split("=", 1))
+    values = []
+    for i, v in enumerate(x for x in vals.split(",") if x.strip()):
+        where = f"--vary {path} (value {i + 1})"
+        value = load_yaml_text(v, "<command line>", where)
+        check_finite(value, "<command line>", where)
+        values.append(value)
+    if not path or not values:
         raise InputError("<command line>", "--vary", "needs a field path and at least one value")
-    return path.strip(), values
+    return path, values
 
 
 def cmd_whatif(args) -> int:
-    import pandas as pd
-
-    from wadiloco.experiments.capacity import capacity, search_runs
-    from wadiloco.experiments.output import dumps, prepare_dir, write_atomic
+    from wadiloco.experiments.capacity import check_search
+    from wadiloco.experiments.output import ResultDir
     from wadiloco.models.config import with_overrides
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)
     variants = [(v, with_overrides(sc, {path: v})) for v in values]  # validate all before running any
-    out = prepare_dir(args.out)
+    for _, scv in variants:
+        check_search(scv, policy, args.seeds * len(variants), spec, args.workers)
+    out = ResultDir(args.out, "whatif", args.force)  # nothing is created before every value is checked
+    try:
+        rows = _whatif(out, variants, path, (sc, policy, params, spec), args)
+    except BaseException:
+        out.discard()  # what this command created, and only that
+        raise
+    warned = [r[path] for r in rows if r["merge_warning"]]
+    print(f"{len(rows)} values of {path}: whatif.csv, whatif.md, whatif.png, whatif.json in {out.path}")
+    if warned:
+        print(f"warning: at {path} = {', '.join(map(str, warned))} the runs made too few merges (see above)")
+    return 0
+
+
+def _whatif(out, variants, path: str, search, args) -> list[dict]:
+    import pandas as pd
+
+    from wadiloco.experiments.capacity import capacity, search_runs
+    from wadiloco.experiments.output import dumps
+
+    sc, policy, params, spec = search
     rows, lines = [], []
     with _bar(len(variants) * search_runs(spec, policy, args.seeds), "whatif", args) as bar:
         for v, scv in variants:
@@ -171,15 +201,12 @@ def cmd_whatif(args) -> int:
             lines.append(f"{path}={v}: " + _fmt(r))
             bar.write(lines[-1], file=sys.stderr)
     df = pd.DataFrame(rows)
-    write_atomic(out / "whatif.csv", df.to_csv(index=False))
-    write_atomic(out / "whatif.md", _markdown(df, path))
-    write_atomic(out / "whatif.png", _figure(df, path, policy))
-    write_atomic(out / "whatif.json", dumps({"provenance": _provenance(args, sc, policy, params, spec), "vary": path}))
-    warned = [r[path] for r in rows if r["merge_warning"]]
-    print(f"{len(rows)} values of {path}: whatif.csv, whatif.md, whatif.png, whatif.json in {out}")
-    if warned:
-        print(f"warning: at {path} = {', '.join(map(str, warned))} the runs made too few merges (see above)")
-    return 0
+    out.open()
+    out.write("whatif.csv", df.to_csv(index=False))
+    out.write("whatif.md", _markdown(df, path))
+    out.write("whatif.png", _figure(df, path, policy))
+    out.write("whatif.json", dumps({"provenance": _provenance(args, sc, policy, params, spec), "vary": path}))
+    return rows
 
 
 def _markdown(df, path: str) -> str:

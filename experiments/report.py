@@ -1,15 +1,23 @@
 """Render a sweep's outputs from its store: runs.csv, summary.csv, comparisons.csv, figures and
 report.md / report.html. Everything is recomputed from `runs.sqlite`, so `wadiloco report DIR`
 gives the same files as the end of `wadiloco sweep` (figures aside, which are not byte-compared).
-Every file is written atomically (temp file + os.replace)."""
+Every file is written atomically (temp file + os.replace).
+
+Names in a sweep (its name and description, regimes, labels, paths, error texts) are the user's, so
+every text is escaped for the format it lands in: HTML-escaped in report.html, and in report.md
+kept on one line with Markdown's and HTML's active characters backslash-escaped or entity-encoded,
+so a name can be neither a heading nor a link nor a tag. Figures draw names as plain text (no
+mathtext), so a `$` in a label cannot break a plot."""
 
 from __future__ import annotations
 
 import html
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -70,9 +78,23 @@ def _p(x) -> str:
 # ---- a tiny document model rendered to both Markdown and HTML ---------------------------------
 
 
+_MD_ACTIVE = re.compile(r"[\\`*\[|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_LEAD = re.compile(r"^(\s*(?:\d+)?)([#>+=-]|(?<=\d)[.)])")
+
+
+def md_text(s: object) -> str:
+    """`s` as inert Markdown on one line: line breaks become spaces; characters that make links,
+    emphasis, code, tables or strike-through are backslash-escaped (an underscore inside a word,
+    as in no_sync, makes nothing and stays as it is); < and & become entities (no raw HTML, no
+    autolink, no entity); a leading #, >, -, + or "1." is escaped (no heading, quote or list)."""
+    text = " ".join(str(s).splitlines()) if s is not None else ""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), text)
+    return _MD_LEAD.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+
+
 def _md_table(df: pd.DataFrame) -> str:
-    def cell(v):
-        return str(v).replace("|", "\\|").replace("\n", " ")
+    cell = md_text
 
     lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
@@ -84,18 +106,24 @@ def render_md(blocks) -> str:
     for b in blocks:
         kind = b[0]
         if kind in ("h1", "h2", "h3"):
-            out.append("#" * int(kind[1]) + " " + b[1])
+            out.append("#" * int(kind[1]) + " " + md_text(b[1]))
         elif kind == "p":
-            out.append(b[1])
+            out.append(md_text(b[1]))
         elif kind == "ul":
-            out.append("\n".join(f"- {x}" for x in b[1]))
+            out.append("\n".join(f"- {md_text(x)}" for x in b[1]))
         elif kind == "table":
             out.append(_md_table(b[1]))
         elif kind == "img":
-            out.append(f"![{b[2]}]({b[1]})")
+            out.append(f"![{md_text(b[2])}](<{_md_url(b[1])}>)")
         elif kind == "pre":
-            out.append("```\n" + b[1] + "\n```")
+            fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", b[1])), default=0))
+            out.append(f"{fence}\n{b[1]}\n{fence}")
     return "\n\n".join(out) + "\n"
+
+
+def _md_url(path: str) -> str:
+    """A link target inside <...>: no line break, no angle bracket, spaces kept."""
+    return quote(" ".join(str(path).splitlines()), safe="/._-~ ()")
 
 
 def _img_src(path: str, base: Path | None) -> str:
@@ -162,6 +190,13 @@ def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
 
 
 def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):  # a `$` in a name is a dollar sign
+        return _draw(out, plan, runs, summary, store)
+
+
+def _draw(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:
     from wadiloco.experiments import figures as F
 
     fdir = out / "figures"

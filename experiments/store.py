@@ -71,6 +71,7 @@ def _compact(obj: Any) -> str | None:
 class Store:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
         try:
             if readonly:
                 if not self.path.exists():
@@ -83,6 +84,7 @@ class Store:
                 self.conn = self._connect_readonly()
             else:
                 self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+                self._refuse_foreign()
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.execute("PRAGMA synchronous=FULL")
                 self.conn.executescript(SCHEMA)
@@ -112,7 +114,27 @@ class Store:
         # next to it, but with no journal pending the file alone is complete, so read it as is.
         return sqlite3.connect(self._uri("immutable=1"), uri=True, isolation_level=None)
 
+    def _refuse_foreign(self) -> None:
+        """Another program's SQLite file named runs.sqlite is left exactly as it is."""
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables - {"meta", "runs"}:
+            self.conn.close()
+            raise InputError(
+                self.path,
+                "",
+                f"is an SQLite database of another program (tables: {', '.join(sorted(tables)[:5])}); "
+                "it was not touched: give the sweep another --out",
+            )
+
     def close(self) -> None:
+        """A writer folds its write-ahead log into the store first, so that a finished or stopped
+        sweep's results live in runs.sqlite alone (after a SIGKILL they may also be in
+        runs.sqlite-wal: the store is the pair of files until the next session opens it)."""
+        if not self.readonly:
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass  # a busy or full disk: the WAL stays, and is replayed on the next open
         self.conn.close()
 
     def _fail(self, e: sqlite3.Error, what: str):

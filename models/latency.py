@@ -24,15 +24,27 @@ from pathlib import Path
 
 import numpy as np
 
+from wadiloco.models.errors import InputError
+from wadiloco.models.schema import check_finite, read_text
+
 CALIBRATION_FILE = "h200_llama8b_interference.json"
 
 
 def load_calibration(path: str | Path | None = None) -> dict:
+    """The packaged measurements, or a user's file: a regular JSON file within the input size
+    limit, every number finite (errors are InputErrors naming the file)."""
     if path is None:
-        text = resources.files("wadiloco.models.data").joinpath(CALIBRATION_FILE).read_text()
-    else:
-        text = Path(path).read_text()
-    return json.loads(text)
+        return json.loads(resources.files("wadiloco.models.data").joinpath(CALIBRATION_FILE).read_text())
+    text = read_text(path, "calibration JSON file")
+    try:
+        cal = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        where = f"line {e.lineno}" if hasattr(e, "lineno") else ""
+        raise InputError(path, where, f"not valid JSON ({getattr(e, 'msg', None) or type(e).__name__})") from None
+    if not isinstance(cal, dict):
+        raise InputError(path, "", f"expected a JSON object at the top level (got {type(cal).__name__})")
+    check_finite(cal, path)
+    return cal
 
 
 @dataclass(frozen=True)

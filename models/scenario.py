@@ -277,7 +277,7 @@ class Scenario(Strict):
     name: str = "scenario"
     description: str = ""
     horizon_s: float = Field(600.0, gt=0, le=7 * 86400)
-    drain_s: float = Field(120.0, ge=0, description="time after the horizon to finish in-flight requests")
+    drain_s: float = Field(120.0, ge=0, le=7 * 86400, description="time after the horizon to finish in-flight requests")
     fleet: FleetConfig = FleetConfig()
     engine: EngineConfig = EngineConfig()
     slo: SLOConfig = SLOConfig()

@@ -1,13 +1,23 @@
-"""Validation helpers every input schema shares: strict models, readable errors, YAML reading.
+"""Validation helpers every input schema shares: strict models, readable errors, bounded reads, YAML.
 
 A leaf: it imports nothing of the project but `models.errors`, so any module that defines a
 schema (the scenario, workload kinds, policy params, sweep files) can use it without pulling in
 the registries that use those schemas.
+
+Input files are read only if they are regular files (checked before opening, symlinks followed)
+and at most $WADILOCO_MAX_INPUT_BYTES long: a FIFO would block forever and /dev/zero never ends.
+YAML is read as YAML 1.2's core schema, strictly: `true`/`false` are the only booleans, numbers
+are decimal (`0x1E`, `1_000`, `010` and `1:30` stay strings, which a number field rejects), a key
+given twice is an error, and the document's size with every alias expanded, its nesting depth and
+its integers are capped before anything walks it.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +26,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wadiloco.models.errors import InputError
 
+MAX_INPUT_ENV = "WADILOCO_MAX_INPUT_BYTES"
+DEFAULT_MAX_INPUT_BYTES = 256 * 2**20
+MAX_YAML_NODES = 1_000_000  # scalars and collections, every alias expanded
+MAX_YAML_DEPTH = 64
+MAX_INT = 2**63 - 1  # what a seed, a count or a size can be; past it a number is a typo
+
 
 class Strict(BaseModel):
-    """Unknown keys, NaN and infinity are errors; assignments are validated too."""
+    """Unknown keys, NaN and infinity are errors; assignments are validated too. Strict types: a
+    number field takes numbers only (an int where a float is expected, never a bool or a string),
+    a bool field only true or false."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True, strict=True)
 
 
 def format_validation_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
@@ -32,10 +50,17 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> tuple[str
     if first["type"] == "extra_forbidden":
         msg = "unknown field (not part of the schema; check its spelling)"
     elif "input" in first and first["type"] not in ("missing",):
-        msg = f"{msg} (got {first['input']!r})"
+        msg = f"{msg} (got {_short(first['input'])})"
     if len(errs) > 1:
         msg += f" [and {len(errs) - 1} more problem(s)]"
     return loc, msg
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return f"a {'mapping' if isinstance(v, dict) else 'list'} of {len(v)} item(s)"
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") -> Any:
@@ -47,33 +72,244 @@ def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") 
         raise InputError(file, loc, msg) from None
 
 
+# ---- bounded reads of regular files -----------------------------------------------------------
+
+
+def max_input_bytes() -> int:
+    raw = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_INPUT_BYTES
+    if not re.fullmatch(r"[0-9]{1,18}", raw) or int(raw) < 1:
+        raise InputError(f"${MAX_INPUT_ENV}", "", f"must be a whole number of bytes >= 1 (got {raw!r})")
+    return int(raw)
+
+
+_KINDS = (
+    (stat.S_ISDIR, "is a folder"),
+    (stat.S_ISFIFO, "is a FIFO (named pipe): reading it would wait for a writer"),
+    (stat.S_ISCHR, "is a character device (like /dev/zero or a terminal)"),
+    (stat.S_ISBLK, "is a block device"),
+    (stat.S_ISSOCK, "is a socket"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of this mode is, if it is not a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((why for test, why in _KINDS if test(mode)), "is not a regular file")
+
+
+def input_problem(path: str | Path, what: str = "file") -> str | None:
+    """Why `path` cannot be read as an input (None if it can): missing, not a regular file (symlinks
+    followed), or over the size limit."""
+    p = Path(path)
+    link = f" (a symlink to {os.readlink(p)})" if p.is_symlink() else ""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return f"is a symlink to a missing file ({os.readlink(p)})" if link else f"{what} not found"
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    why = not_regular(st.st_mode)
+    if why:
+        return f"{why}{link}, expected a {what}"
+    limit = max_input_bytes()
+    if st.st_size > limit:
+        return (
+            f"is {st.st_size:,} bytes, more than the input size limit of {limit:,} bytes "
+            f"(set ${MAX_INPUT_ENV} to raise it)"
+        )
+    return None
+
+
+def check_input(path: str | Path, file: object, field: str, what: str = "file") -> None:
+    """An InputError naming `file` and `field` (and the path) if `path` cannot be read as an input."""
+    problem = input_problem(path, what)
+    if problem:
+        raise InputError(file, field, f"{path} {problem}" if str(file) != str(path) else problem)
+
+
+def read_input(path: str | Path, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most $WADILOCO_MAX_INPUT_BYTES; anything else is an InputError."""
+    p = Path(path)
+    check_input(p, p, "", what)
+    limit = max_input_bytes()
+    try:
+        # O_NONBLOCK: if a FIFO replaced the file since the check, opening it must not wait
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise InputError(p, "", f"cannot read: {e.strerror or e}") from None
+    try:
+        why = not_regular(os.fstat(fd).st_mode)
+        if why:
+            raise InputError(p, "", f"{why}, expected a {what}")
+        chunks, n = [], 0
+        while n <= limit:
+            b = os.read(fd, min(1 << 20, limit + 1 - n))
+            if not b:
+                break
+            chunks.append(b)
+            n += len(b)
+    except OSError as e:
+        raise InputError(p, "", f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if n > limit:
+        raise InputError(p, "", f"grew past the input size limit of {limit:,} bytes while being read")
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    raw = read_input(path, what)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise InputError(path, f"line {line}", "not UTF-8 text (is this a compressed or binary file?)") from None
+
+
+# ---- YAML: the 1.2 core schema, strictly, with size caps ----------------------------------------
+
+_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(
+    r"[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|\.(?:inf|Inf|INF))"
+    r"|\.(?:nan|NaN|NAN)"
+)
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_IMPLICIT = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core booleans and numbers, duplicate keys refused."""
+
+    yaml_implicit_resolvers = {
+        k: [(tag, rx) for tag, rx in v if tag not in _IMPLICIT]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: SafeLoader reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {_short(key)} (first given on line {first + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        text = self.construct_scalar(node)
+        if not _INT.fullmatch(text) or len(text) > 20 or abs(int(text)) > MAX_INT:
+            why = "out of range (at most 2^63 - 1 in size)" if _INT.fullmatch(text) else "not a decimal integer"
+            raise yaml.constructor.ConstructorError(None, None, f"integer {_short(text)} {why}", node.start_mark)
+        return int(text)
+
+    def construct_yaml_bool(self, node):
+        text = self.construct_scalar(node)
+        if text not in _BOOL:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{_short(text)} is not a boolean (true or false)", node.start_mark
+            )
+        return _BOOL[text]
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(f"(?:{'|'.join(_BOOL)})$"), list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(f"(?:{_INT.pattern})$"), list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(f"(?:{_FLOAT.pattern})$"), list("-+0123456789."))
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:bool", _Loader.construct_yaml_bool)
+
+
+def _check_shape(text: str) -> None:
+    """Depth and expanded size from the event stream (aliases counted at their anchor's size, so a
+    'billion laughs' is refused in time linear in its text); raises a YAMLError-like ValueError."""
+    sizes: dict[str, int] = {}
+    stack: list[list] = [[None, 0]]
+    total = 0
+    for ev in yaml.parse(text, Loader=_Loader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if len(stack) > MAX_YAML_DEPTH:
+                raise _ShapeError(ev.start_mark, f"nested more than {MAX_YAML_DEPTH} levels deep")
+            stack.append([ev.anchor, 1])
+            n = 1
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, size = stack.pop()
+            if anchor:
+                sizes[anchor] = size
+            stack[-1][1] += size
+            continue
+        elif isinstance(ev, yaml.ScalarEvent):
+            n = 1
+            if ev.anchor:
+                sizes[ev.anchor] = 1
+            stack[-1][1] += 1
+        elif isinstance(ev, yaml.AliasEvent):
+            n = sizes.get(ev.anchor, 1)
+            stack[-1][1] += n
+        else:
+            continue
+        total += n
+        if total > MAX_YAML_NODES:
+            raise _ShapeError(
+                ev.start_mark, f"more than {MAX_YAML_NODES:,} values once its aliases (*name) are expanded"
+            )
+
+
+class _ShapeError(Exception):
+    def __init__(self, mark, problem: str):
+        self.problem_mark, self.problem = mark, problem
+
+
+def load_yaml_text(text: str, file: object, where: str = "") -> Any:
+    """Parsed YAML (one document), or an InputError naming `file` and `where` (or the line)."""
+    try:
+        _check_shape(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except (yaml.YAMLError, _ShapeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"line {mark.line + 1}" if mark is not None else ""
+        at = f"{where} ({line})" if where and line and not str(where).startswith("line") else where or line
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(file, at, f"YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(file, where, f"YAML: nested more than {MAX_YAML_DEPTH} levels deep") from None
+
+
 def read_yaml(path: str | Path) -> Any:
     p = Path(path)
-    if not p.exists():
-        raise InputError(p, "", "file not found")
-    if p.is_dir():
-        raise InputError(p, "", "is a folder, expected a YAML file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(p, "", f"cannot read: {e}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(p, where, f"YAML syntax error: {problem}") from None
+    return load_yaml_text(read_text(p, "YAML file"), p)
 
 
 def check_finite(obj: Any, file: object, path: str = "") -> None:
-    """Reject NaN and infinity anywhere in parsed YAML, free-form mappings included (pydantic
-    checks only the fields it types)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise InputError(file, path or "<root>", f"must be a finite number (got {obj})")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            check_finite(v, file, f"{path}.{k}" if path else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            check_finite(v, file, f"{path}[{i}]")
+    """Reject NaN, infinity and out-of-range integers anywhere in parsed YAML, free-form mappings
+    included (pydantic checks only the fields it types). Each shared node (a YAML alias) is walked
+    once; the walk is iterative, so depth costs no stack."""
+    seen: set[int] = set()
+    todo: list[tuple[Any, str]] = [(obj, path)]
+    while todo:
+        o, where = todo.pop()
+        if isinstance(o, float) and not math.isfinite(o):
+            raise InputError(file, where or "<root>", f"must be a finite number (got {o})")
+        if isinstance(o, int) and not isinstance(o, bool) and abs(o) > MAX_INT:
+            raise InputError(file, where or "<root>", "integer out of range (at most 2^63 - 1 in size)")
+        if isinstance(o, (dict, list)):
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            items = o.items() if isinstance(o, dict) else enumerate(o)
+            kids = [
+                (v, (f"{where}.{k}" if where else str(k)) if isinstance(o, dict) else f"{where}[{k}]") for k, v in items
+            ]
+            todo.extend(reversed(kids))

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.schema import read_text
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
@@ -97,19 +98,7 @@ def load_trace_cached(path: str | Path, fmt: str = "auto") -> Trace:
 
 
 def _read_text(p: Path) -> str:
-    if not p.exists():
-        raise InputError(p, "", "trace file not found")
-    if p.is_dir():
-        raise InputError(p, "", "is a folder, expected a trace file")
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise InputError(p, "", f"cannot read: {e.strerror or e}") from None
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise InputError(p, f"line {line}", "not UTF-8 text (is this a compressed or binary file?)") from None
+    return read_text(p, "trace file")  # a regular file within the input size limit (models.schema)
 
 
 def _guess_format(p: Path, text: str) -> str:
@@ -153,7 +142,7 @@ def _load_azure(p: Path, text: str) -> Trace:
             p,
             f"line {header_line}",
             f"missing column(s) {', '.join(missing)}: expected header "
-            f"{','.join(AZURE_COLUMNS)} (found {_show(','.join(names))})",
+            f"{','.join(AZURE_COLUMNS)} (the header line has {len(names)} field(s))",
         )
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -217,8 +206,8 @@ def _parse_timestamps(p: Path, stamps: list[str], lines: list[int]) -> np.ndarra
         for k, s in enumerate(naive):  # slow path, only to name the bad line
             try:
                 np.datetime64(s, "ns")
-            except ValueError as e:
-                raise InputError(p, f"line {lines[k]}", f"TIMESTAMP: invalid date/time {stamps[k]!r} ({e})") from None
+            except ValueError:
+                raise InputError(p, f"line {lines[k]}", "TIMESTAMP: not a valid date and time") from None
         raise InputError(p, "column TIMESTAMP", "cannot parse the timestamps") from None
     if offsets is not None:  # local time minus its UTC offset = UTC
         ns = ns - np.asarray(offsets, dtype=np.int64) * 60_000_000_000
@@ -228,15 +217,19 @@ def _parse_timestamps(p: Path, stamps: list[str], lines: list[int]) -> np.ndarra
 def _parse_counts(p: Path, cells: list[str], lines: list[int], column: str) -> np.ndarray:
     """Whole, non-negative token counts; the fast path is plain digits."""
     try:
-        return np.array([int(c) if c.isascii() and c.isdigit() else _count_slow(c) for c in cells], dtype=np.int64)
+        return np.array([int(c) if _plain(c) else _count_slow(c) for c in cells], dtype=np.int64)
     except _BadCount:
         pass
     for k, c in enumerate(cells):  # find the first bad cell again, to name its line
         try:
-            int(c) if c.isascii() and c.isdigit() else _count_slow(c)
+            int(c) if _plain(c) else _count_slow(c)
         except _BadCount as e:
             raise InputError(p, f"line {lines[k]}", f"{column}: {e} (got {_show(c)})") from None
     raise AssertionError("unreachable")
+
+
+def _plain(c: str) -> bool:
+    return len(c) <= 18 and c.isascii() and c.isdigit()  # int() of a 5000-digit cell raises
 
 
 class _BadCount(ValueError):
@@ -317,8 +310,13 @@ def _load_mooncake(p: Path, text: str) -> Trace:
 
 
 def _show(v: object) -> str:
-    r = repr(v)
-    return r if len(r) <= 40 else r[:37] + "..."
+    """A bad value described, not quoted: the path may name any file, and an error message must
+    not print its contents."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return "a number out of range" if not _finite(v) else f"{v:.6g}"
+    if isinstance(v, str):
+        return f"a text of {len(v)} character(s)" if v.strip() else "an empty field"
+    return f"a JSON {type(v).__name__}"
 
 
 def _finite(x: int | float) -> bool:

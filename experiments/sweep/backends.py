@@ -1,11 +1,14 @@
 """Where a sweep's runs execute: local worker processes or Dask.
 
-LocalBackend: a concurrent.futures process pool ("spawn" context), its workers leaving Ctrl-C to
-the parent and exiting when the parent dies. DaskBackend: a LocalCluster it starts, or an existing
-scheduler. Both take plain task dicts and return plain result dicts (worker.execute_task), so
-results depend only on (scenario, policy, params, seed, draw) and never on the backend, the worker
-count or the completion order. The interface the scheduler uses: `workers`, `submit(task)`,
-`wait(handles)` (those done, at least one), `result(handle)` (never raises) and `close(cancel)`.
+LocalBackend: a concurrent.futures process pool ("spawn" context), its workers leaving Ctrl-C,
+SIGTERM and SIGHUP to the parent (which stops them) and exiting when the parent dies. DaskBackend: a
+LocalCluster it starts, or an existing scheduler; an address is probed first, with a deadline over
+the whole greeting, since any other TCP service would leave the Dask handshake waiting for minutes
+(or read its banner as the length of a message to allocate). Both take plain task dicts and return
+plain result dicts (worker.execute_task), so results depend only on (scenario, policy, params, seed,
+draw) and never on the backend, the worker count or the completion order. The interface the
+scheduler uses: `workers`, `submit(task)`, `wait(handles)` (those done, at least one),
+`result(handle)` (never raises) and `close(cancel)`.
 """
 
 from __future__ import annotations
@@ -14,12 +17,64 @@ import concurrent.futures as cf
 import logging
 import multiprocessing as mp
 import os
+import re
+import socket
+import time
 from typing import Any
 
 from wadiloco.experiments.sweep.worker import execute_task, init_local_worker
 from wadiloco.models.errors import InputError
 
 WORKER_DIED = "worker process died"
+PROBE_S = 10.0  # the whole greeting of a Dask scheduler, from connect to its first 8 bytes
+MAX_GREETING = 64 * 2**20  # a scheduler's handshake message is a few hundred bytes
+_ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
+
+
+def check_address(addr: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a Dask scheduler address, or an InputError naming it."""
+    m = _ADDRESS.fullmatch(addr.strip())
+    scheme = (m["scheme"] or "tcp") if m else ""
+    if m is None or scheme not in ("tcp", "tls") or not 0 < int(m["port"]) < 65536:
+        raise InputError(
+            "<command line>", "--scheduler", f"{addr[:200]!r} is not a Dask scheduler address (tcp://HOST:PORT)"
+        )
+    return scheme, m["host"].strip("[]"), int(m["port"])
+
+
+def probe_scheduler(addr: str, timeout: float = PROBE_S) -> None:
+    """Check within `timeout` seconds, in all, that `addr` greets like a Dask scheduler: on connect it
+    sends its handshake at once, framed by an 8-byte little-endian length."""
+    scheme, host, port = check_address(addr)
+    if scheme != "tcp":
+        return  # TLS: the handshake is encrypted; Client's own timeout applies
+    deadline = time.monotonic() + timeout
+
+    def fail(why: str):
+        raise InputError("<command line>", "--scheduler", f"{addr}: {why}; is it a Dask scheduler?")
+
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as e:
+        fail(f"cannot connect ({e.strerror or e})")
+    head = b""
+    try:
+        while len(head) < 8:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(8 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except TimeoutError:
+        fail(f"accepted the connection but sent no Dask greeting within {timeout:g} s")
+    except OSError as e:
+        fail(f"connection failed during the greeting ({e.strerror or e})")
+    finally:
+        sock.close()
+    if len(head) < 8:
+        fail("closed the connection without a Dask greeting")
+    if not 0 < int.from_bytes(head, "little") <= MAX_GREETING:
+        fail("answered with something other than a Dask message")
 
 
 class LocalBackend:
@@ -66,7 +121,7 @@ class LocalBackend:
         self.ex.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             if p.is_alive():
-                p.terminate()
+                p.kill()  # workers ignore SIGTERM (the parent handles it), not SIGKILL
         for p in procs:
             p.join(timeout=5)
 
@@ -91,11 +146,13 @@ class DaskBackend:
 
         self.cluster = None
         if scheduler:
+            probe_scheduler(scheduler)
             try:
                 self.client = Client(scheduler, timeout="15s")
-            except (OSError, TimeoutError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - OSError, TimeoutError, a garbled handshake, ...
+                why = (str(e).splitlines() or [""])[0][:300]
                 raise InputError(
-                    "<command line>", "--scheduler", f"cannot connect to the Dask scheduler at {scheduler}: {e}"
+                    "<command line>", "--scheduler", f"cannot connect to the Dask scheduler at {scheduler}: {why}"
                 ) from None
             self.workers = max(1, sum(self.client.nthreads().values()))
         else:

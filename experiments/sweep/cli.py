@@ -10,8 +10,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.limits import check_count
 
 
 def _positive_int(v: str) -> int:
@@ -77,6 +79,12 @@ def cmd_sweep(args) -> int:
 
     if args.scheduler and args.backend != "dask":
         args.backend = "dask"
+    if args.scheduler:
+        from wadiloco.experiments.sweep.backends import check_address
+
+        check_address(args.scheduler)
+    if args.backend == "local" and args.workers is not None:
+        check_count("workers", args.workers, "<command line>", "--workers", "local worker processes")
     plan = load_sweep(args.sweep)
     t0 = time.perf_counter()
     try:
@@ -89,11 +97,9 @@ def cmd_sweep(args) -> int:
             resume=args.resume,
             progress=not args.no_progress,
         )
-    except KeyboardInterrupt:
-        sys.stderr.write(
-            f"stopped: every completed run is saved in {Path(args.out) / 'runs.sqlite'}; "
-            f"rerun with --resume to continue\n"
-        )
+    except KeyboardInterrupt as e:
+        sys.stderr.write(_stopped(e, Path(args.out)) + "\n")
+        e.reported = True  # experiments.cli exits with the signal's code and says nothing more
         raise
     wall = time.perf_counter() - t0
     res = render(args.out, figures=not args.no_figures)
@@ -114,6 +120,28 @@ def cmd_sweep(args) -> int:
         )
         return 1
     return 0
+
+
+def _stopped(e: KeyboardInterrupt, out: Path) -> str:
+    """What a stopped sweep says: by what, what is saved, and how to go on."""
+    import sqlite3
+
+    from wadiloco.experiments.store import STORE_NAME
+
+    by = f"stopped by {e}" if str(e).startswith("SIG") else "interrupted"
+    store = out / STORE_NAME
+    try:
+        con = sqlite3.connect(f"file:{quote(str(store.absolute()))}?mode=ro", uri=True, timeout=5)
+        try:
+            n = con.execute("SELECT count(*) FROM runs WHERE status = 'ok'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return f"{by} before any run was stored; nothing to resume"
+    return (
+        f"{by}: {n} completed run(s) are saved in {store} (with its -wal file, if any); "
+        "rerun the same command with --resume to continue"
+    )
 
 
 def cmd_report(args) -> int:

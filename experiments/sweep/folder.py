@@ -1,21 +1,27 @@
 """A sweep's output folder: its lock, its results store, and what a killed session left behind.
 
-One sweep at a time writes a folder (an flock on `.wadiloco-sweep.lock`). The store is opened
-for the plan it was created for, or refused: another sweep's results are never mixed in, and a
-folder holding this sweep's results needs --resume. Temp files of atomic writes a kill
-interrupted are removed at the start of the next session; finished files are never touched.
+A sweep writes only into a folder that is new, empty, or holds this tool's store (checked before
+anything is created there): a folder of a user's own files is refused, not overwritten. One sweep
+at a time writes a folder (an flock on `.wadiloco-sweep.lock`). The store is opened for the plan
+it was created for, or refused: another sweep's results are never mixed in, and a folder holding
+this sweep's results needs --resume. Temp files of atomic writes a kill interrupted (they carry
+this tool's marker, experiments.output.TEMP_MARK) are removed at the start of the next session;
+finished files and other people's files are never touched.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
+from wadiloco.experiments.output import TEMP_MARK
 from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.experiments.sweep.kill_points import kill_point
 from wadiloco.experiments.sweep.plan import Plan
 from wadiloco.models.errors import InputError
+from wadiloco.models.schema import not_regular
 
 LOCK_NAME = ".wadiloco-sweep.lock"
 # The files a sweep's report and export write atomically (temp file + os.replace).
@@ -29,7 +35,36 @@ OUTPUTS = (
     "export.csv",
     "export.parquet",
 )
-_TEMP = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}$")  # write_atomic's temp files: .<name>.<8 random chars>
+# write_atomic's temp files: .<name>.wadiloco-tmp.<8 random chars>
+_TEMP = re.compile(rf"^\.(?P<name>.+)\.{TEMP_MARK}\.[a-z0-9_]{{8}}$")
+STORE_FILES = (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm", STORE_NAME + "-journal")
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse, before anything is created, an --out that is not a folder, or a folder holding
+    files but no store of this tool: a sweep does not write over a user's own runs.csv."""
+    if not out.exists():
+        if out.is_symlink():
+            raise InputError(out, "--out", f"is a symlink to a missing folder ({os.readlink(out)})")
+        return
+    if not out.is_dir():
+        why = not_regular(out.stat().st_mode) or "is a file"
+        raise InputError(out, "--out", f"{why}, expected an output folder")
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as e:
+        raise InputError(out, "--out", f"cannot read the output folder: {e.strerror or e}") from None
+    if STORE_NAME in names:
+        return  # whose sweep it is, the store says (open_store_for)
+    foreign = [n for n in names if n != LOCK_NAME and n not in STORE_FILES and not _TEMP.match(n)]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise InputError(
+            out,
+            "--out",
+            f"is not empty ({shown}) and holds no results store of this tool ({STORE_NAME}); "
+            "a sweep writes only into a new or empty folder, or one holding the same sweep (nothing was written)",
+        )
 
 
 def acquire_lock(out: Path) -> int:
@@ -50,7 +85,10 @@ def acquire_lock(out: Path) -> int:
 
 
 def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
-    store = Store(out / STORE_NAME)
+    path = out / STORE_NAME
+    if path.is_file() and path.stat().st_size == 0 and not _has_content(out / (STORE_NAME + "-wal")):
+        sys.stderr.write(f"note: {path} was an empty file (0 bytes); starting a new results store in it\n")
+    store = Store(path)
     kill_point("store-opened")
     ident = store.identity()
     if ident is None:
@@ -79,9 +117,16 @@ def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
     return store
 
 
+def _has_content(p: Path) -> bool:
+    try:
+        return p.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def remove_empty_store(out: Path, remove_dir: bool) -> None:
     """A sweep that failed before recording any run (e.g. no Dask scheduler) leaves nothing behind."""
-    for name in (STORE_NAME, STORE_NAME + "-wal", STORE_NAME + "-shm", STORE_NAME + "-journal", LOCK_NAME):
+    for name in (*STORE_FILES, LOCK_NAME):
         try:
             (out / name).unlink()
         except OSError:
@@ -94,7 +139,8 @@ def remove_empty_store(out: Path, remove_dir: bool) -> None:
 
 
 def remove_stale_temps(out: Path) -> list[str]:
-    """Delete the temp files of writes a kill interrupted (.runs.csv.k3j9x0qa, figures/.x.png.a8d7f6s5).
+    """Delete the temp files of writes a kill interrupted (.runs.csv.wadiloco-tmp.k3j9x0qa,
+    figures/.x.png.wadiloco-tmp.a8d7f6s5).
     Called by a sweep holding the folder's lock; the finished files themselves are never touched."""
     removed = []
     for d, ok in ((out, lambda n: n in OUTPUTS), (out / "figures", lambda n: n.endswith(".png"))):

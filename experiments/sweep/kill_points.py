@@ -9,6 +9,9 @@ wherever the scheduler happens to be). The points:
 - `rows=N`: right after the store has committed a row and holds N rows;
 - `wrote:<file>`: right after the report wrote that output (e.g. `wrote:runs.csv`).
 
+$WADILOCO_TEST_KILL_SIGNAL (TERM, HUP, INT; default KILL) sends another signal instead, so a test
+can stop a sweep at a known point the way a service manager or a closed terminal would.
+
 Unset (always, outside the tests) a check costs one environment lookup.
 """
 
@@ -18,15 +21,22 @@ import os
 import signal
 
 KILL_ENV = "WADILOCO_TEST_KILL_AT"
+SIGNAL_ENV = "WADILOCO_TEST_KILL_SIGNAL"
+
+
+def _die() -> None:
+    name = os.environ.get(SIGNAL_ENV, "KILL").upper()
+    os.environ.pop(KILL_ENV, None)  # once: a handled signal unwinds past later kill points
+    os.kill(os.getpid(), getattr(signal, f"SIG{name}", signal.SIGKILL))
 
 
 def kill_point(point: str) -> None:
     if os.environ.get(KILL_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die()
 
 
 def kill_after_commit(store) -> None:
     """Called after each row the store commits."""
     at = os.environ.get(KILL_ENV)
     if at and at.startswith("rows=") and sum(store.counts().values()) == int(at[len("rows=") :]):
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die()

@@ -33,7 +33,9 @@ from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
 from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.config import Scenario, check_policy, load_scenario, with_overrides
 from wadiloco.models.errors import InputError
+from wadiloco.models.limits import check_count, check_run
 from wadiloco.models.policies import POLICIES
+from wadiloco.models.schema import input_problem, read_input
 
 BASELINE = "no_sync"
 
@@ -136,6 +138,7 @@ class Plan:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     gate: GateSpec = field(default_factory=GateSpec)
     plugins: tuple[str, ...] = ()  # $WADILOCO_PLUGINS as the plan was built (for the workers)
+    inputs: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every file the runs read
 
     def arm(self, label: str) -> Arm:
         return next(a for a in self.arms if a.label == label)
@@ -178,6 +181,8 @@ class Plan:
                 "arms": [(a.label, a.name, a.params_hash, a.draws, a.reference, a.regimes) for a in self.arms],
                 "seeds": self.seeds,
                 "timeline_seed": self.timeline_seed,
+                # contents, not paths: an edited trace is another sweep
+                **({"inputs": sorted(self.inputs.items())} if self.inputs else {}),
             },
             32,
         )
@@ -195,6 +200,7 @@ class Plan:
             "timeline_seed": self.timeline_seed,
             "bootstrap": self.bootstrap.model_dump(mode="json"),
             "gate": self.gate.model_dump(mode="json"),
+            "inputs": self.inputs,
         }
 
     @classmethod
@@ -210,6 +216,7 @@ class Plan:
             timeline_seed=int(d.get("timeline_seed", seeds[0])),
             bootstrap=BootstrapSpec.model_validate(d.get("bootstrap") or {}),
             gate=GateSpec.model_validate(d.get("gate") or {}),
+            inputs=dict(d.get("inputs") or {}),
         )
 
 
@@ -234,18 +241,61 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
                 file, f"regimes.{i}.name", f"two regimes are named {reg.name!r}; give each a distinct `name`"
             )
         regimes.append(reg)
+    arms = _arms(spec, file, regimes)
+    _check_size(spec, arms, regimes, file)
     return Plan(
         name=spec.name,
         description=spec.description,
         file=file,
         regimes=regimes,
-        arms=_arms(spec, file, regimes),
+        arms=arms,
         seeds=list(spec.seeds),
         timeline_seed=spec.timeline_seed if spec.timeline_seed is not None else spec.seeds[0],
         bootstrap=spec.bootstrap,
         gate=spec.gate,
         plugins=plugins,
+        inputs=input_digests([r.scenario for r in regimes], plugins),
     )
+
+
+def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: str) -> None:
+    """Refuse a plan with more runs than $WADILOCO_MAX_RUNS before any task is listed."""
+    n = sum(a.draws * len(spec.seeds) for r in regimes for a in arms if a.runs_in(r.name))
+    widest = max(range(len(spec.policies)), key=lambda i: spec.policies[i].draws)
+    field = f"policies.{widest}.draws" if spec.policies[widest].draws > len(spec.seeds) else "seeds"
+    check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)")
+
+
+def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file the runs read besides the scenario (whose parsed content is its digest):
+    any string field naming an existing file (a trace, a profile), the plugin files and the packaged
+    calibration. Part of the sweep's identity, so --resume after editing one starts no mixture."""
+    from importlib import resources
+
+    from wadiloco.models.latency import CALIBRATION_FILE
+
+    files = {str(Path(p)) for p in plugins if p.endswith(".py")}
+    for sc in scenarios:
+        for s in _strings(sc.model_dump(mode="json")):
+            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s else None
+            p = p if p is None or p.is_absolute() else Path(sc.base_dir) / p
+            if p is not None and p.is_file():
+                files.add(str(p.resolve()))
+    out = {f: hashlib.sha256(read_input(f)).hexdigest() for f in sorted(files)}
+    cal = resources.files("wadiloco.models.data").joinpath(CALIBRATION_FILE).read_bytes()
+    out[f"wadiloco.models.data/{CALIBRATION_FILE}"] = hashlib.sha256(cal).hexdigest()
+    return out
+
+
+def _strings(obj: Any):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
 
 
 def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
@@ -253,8 +303,9 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
     r = spec.regimes[i]
     p = Path(r.path)
     p = p if p.is_absolute() else base / p
-    if not p.exists():
-        raise InputError(file, f"regimes.{i}.path", f"scenario file not found: {r.path} (looked for {p})")
+    problem = input_problem(p, "scenario file")
+    if problem:
+        raise InputError(file, f"regimes.{i}.path", f"{r.path}: {problem} (looked for {p})")
     sc = load_scenario(p)
     # The scenario's own `policy` is not used by a sweep (the sweep names its policies), so it
     # is neutralised first: it cannot clash with an overridden corridor, and it does not enter
@@ -279,7 +330,9 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
         raise InputError(
             file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}{e.message}"
         ) from None
-    return Regime(r.name or sc.name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
+    name = r.name or sc.name
+    check_run(sc, file=file, prefix=f"regimes.{i} ({name}): ")  # before any output exists
+    return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
 
 
 def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:

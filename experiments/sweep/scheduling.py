@@ -23,7 +23,13 @@ from typing import Any
 from wadiloco.experiments.output import prepare_dir
 from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.experiments.sweep.backends import make_backend
-from wadiloco.experiments.sweep.folder import acquire_lock, open_store_for, remove_empty_store, remove_stale_temps
+from wadiloco.experiments.sweep.folder import (
+    acquire_lock,
+    check_out_folder,
+    open_store_for,
+    remove_empty_store,
+    remove_stale_temps,
+)
 from wadiloco.experiments.sweep.kill_points import kill_after_commit, kill_point
 from wadiloco.experiments.sweep.plan import Plan, Task
 from wadiloco.models.metrics import ARRIVALS_HASH, INNER_STEPS, MERGES
@@ -51,6 +57,7 @@ def execute_plan(
     progress: bool = True,
 ) -> Outcome:
     """Run every run of the plan not yet stored in `out` (its lock held throughout)."""
+    check_out_folder(Path(out))  # before anything is created in it
     out_existed = Path(out).exists()
     out = prepare_dir(out)
     lock = acquire_lock(out)

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from wadiloco.models.config import Strict, _check_finite, read_yaml, validate
 from wadiloco.models.errors import InputError
+from wadiloco.models.schema import Strict, check_finite, read_yaml, validate
 
 
 class RegimeSpec(Strict):
@@ -75,6 +75,11 @@ class GateSpec(Strict):
         "overlap: overlapping vs non-overlapping requests of the same run",
     )
     envelope: tuple[float, float] = (2.5, 97.5)
+
+    @field_validator("envelope", mode="before")
+    @classmethod
+    def _env_list(cls, v):
+        return tuple(v) if isinstance(v, list) else v  # YAML and JSON have lists, not tuples
 
     @field_validator("envelope")
     @classmethod
@@ -139,5 +144,5 @@ def read_spec(path: str | Path) -> SweepSpec:
     data = read_yaml(p)
     if not isinstance(data, dict):
         raise InputError(p, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
-    _check_finite(data, p)
+    check_finite(data, p)
     return validate(SweepSpec, data, p)

@@ -31,9 +31,12 @@ TIMELINE_MAX_POINTS = 2000
 
 
 def init_local_worker(parent_pid: int, plugins: tuple[str, ...]) -> None:
-    """ProcessPoolExecutor initializer: leave Ctrl-C to the parent, exit if the parent dies (a
-    SIGKILLed sweep must not leave orphans running), and import plugins up front."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """ProcessPoolExecutor initializer: leave Ctrl-C, SIGTERM and SIGHUP to the parent (a signal to
+    the whole process group must not kill a run the parent is about to record; the parent stops
+    the workers itself), exit if the parent dies (a SIGKILLed sweep must not leave orphans
+    running), and import plugins up front."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
 
     def watch():
         while True:
