@@ -41,7 +41,7 @@ def prepare_dir(path: str | Path, field: str = "--out") -> Path:
     return p
 
 
-def write_target(path: str | Path) -> Path:
+def write_target(path: str | Path, field: str = "") -> Path:
     """The file a write to `path` lands in: symlinks resolved; an InputError if it is not (or would
     not be) a regular file in an existing folder."""
     p = Path(path)
@@ -51,15 +51,15 @@ def write_target(path: str | Path) -> Path:
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise InputError(p, "", f"cannot write: {e.strerror or e}") from None
+        raise InputError(p, field, f"cannot write: {e.strerror or e}") from None
     if st is None and p.is_symlink():
-        raise InputError(p, "", f"is a symlink to a missing file ({os.readlink(p)}); give the file itself")
+        raise InputError(p, field, f"is a symlink to a missing file ({os.readlink(p)}); give the file itself")
     why = not_regular(st.st_mode) if st is not None else None
     if why:
         link = f" (through the symlink {p})" if real != p.absolute() else ""
-        raise InputError(real, "", f"{why}{link}; results are written only to regular files")
+        raise InputError(real, field, f"{why}{link}; results are written only to regular files")
     if not real.parent.is_dir():
-        raise InputError(p, "", f"cannot write: the folder {real.parent} does not exist")
+        raise InputError(p, field, f"cannot write: the folder {real.parent} does not exist")
     return real
 
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from wadiloco.models import clients
 from wadiloco.models.errors import InputError
 from wadiloco.models.rng import stream
-from wadiloco.models.schema import Strict, validate
+from wadiloco.models.schema import Strict, check_input, validate
 from wadiloco.models.testbed import prompts
 from wadiloco.models.traces import MAX_TOKENS, Trace, load_trace_cached
 
@@ -675,9 +675,7 @@ def _load_trace_params(p: TraceParams, file: object, base_dir: str | Path) -> No
     path = Path(p.path).expanduser()
     if not path.is_absolute():
         path = Path(base_dir) / path
-    if not path.is_file():
-        what = "is a folder, not a trace file" if path.is_dir() else "trace file not found"
-        raise InputError(file, "workload.path", f"{what}: {path}")
+    check_input(path, file, "workload.path", "trace file")  # a regular file within the size limit
     p._trace = load_trace_cached(path, p.format)
     end = float(p._trace.t[-1])
     if p.time_offset_s > end:

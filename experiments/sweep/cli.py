@@ -79,13 +79,13 @@ def cmd_sweep(args) -> int:
 
     if args.scheduler and args.backend != "dask":
         args.backend = "dask"
-    if args.scheduler:
-        from wadiloco.experiments.sweep.backends import check_address
-
-        check_address(args.scheduler)
     if args.backend == "local" and args.workers is not None:
         check_count("workers", args.workers, "<command line>", "--workers", "local worker processes")
     plan = load_sweep(args.sweep)
+    if args.scheduler:
+        from wadiloco.experiments.sweep.backends import probe_scheduler
+
+        probe_scheduler(args.scheduler)  # before anything is created: is it a Dask scheduler at all?
     t0 = time.perf_counter()
     try:
         oc = execute_plan(
@@ -160,7 +160,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from wadiloco.experiments.output import write_atomic
+    from wadiloco.experiments.output import write_atomic, write_target
     from wadiloco.experiments.report import FLOAT_FORMAT
     from wadiloco.experiments.sweep.export import csv_text, export_table, parquet_bytes
 
@@ -171,8 +171,9 @@ def cmd_export(args) -> int:
         from wadiloco.experiments.extras import require
 
         require("pyarrow", "Parquet export", "--format parquet")  # before reading the store
-    df = export_table(d)
     target = Path(args.output) if args.output else d / f"export.{args.format}"
+    write_target(target, "--output" if args.output else "")  # a regular file (or a new one), before any work
+    df = export_table(d)
     write_atomic(target, csv_text(df, FLOAT_FORMAT) if args.format == "csv" else parquet_bytes(df))
     print(f"wrote {len(df)} runs x {df.shape[1]} columns to {target}")
     return 0

@@ -49,7 +49,7 @@ def check_out_folder(out: Path) -> None:
         return
     if not out.is_dir():
         why = not_regular(out.stat().st_mode) or "is a file"
-        raise InputError(out, "--out", f"{why}, expected an output folder")
+        raise InputError(out, "--out", f"cannot create output folder: the path exists and {why}")
     try:
         names = sorted(p.name for p in out.iterdir())
     except OSError as e:

@@ -24,6 +24,7 @@ from wadiloco.experiments.output import prepare_dir
 from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.experiments.sweep.backends import make_backend
 from wadiloco.experiments.sweep.folder import (
+    LOCK_NAME,
     acquire_lock,
     check_out_folder,
     open_store_for,
@@ -56,28 +57,33 @@ def execute_plan(
     resume: bool = False,
     progress: bool = True,
 ) -> Outcome:
-    """Run every run of the plan not yet stored in `out` (its lock held throughout)."""
+    """Run every run of the plan not yet stored in `out` (its lock held throughout). A session that
+    fails before storing a run removes what it created (the folder, the store, the lock file)."""
     check_out_folder(Path(out))  # before anything is created in it
     out_existed = Path(out).exists()
     out = prepare_dir(out)
+    made_lock = not (out / LOCK_NAME).exists()
     lock = acquire_lock(out)
     fresh = not (out / STORE_NAME).exists()
-    ok = False
+    ok, store = False, None
     try:
         remove_stale_temps(out)  # temp files of outputs a killed sweep or report was writing
         store = open_store_for(plan, out, resume)
-        try:
-            kill_point("plan-stored")
-            oc = _run(plan, store, workers or os.cpu_count() or 1, backend, scheduler, progress)
-            ok = True
-            return oc
-        finally:
-            empty = fresh and not store.counts()
-            store.close()
-            if not ok and empty:
-                remove_empty_store(out, remove_dir=not out_existed)
+        kill_point("plan-stored")
+        oc = _run(plan, store, workers or os.cpu_count() or 1, backend, scheduler, progress)
+        ok = True
+        return oc
     finally:
-        os.close(lock)
+        try:
+            empty = store is None or not store.counts()
+        finally:
+            if store is not None:
+                store.close()
+            if not ok and fresh and empty:
+                remove_empty_store(out, remove_dir=not out_existed)
+            elif not ok and made_lock and store is None:
+                (out / LOCK_NAME).unlink(missing_ok=True)
+            os.close(lock)
 
 
 def _run(plan: Plan, store: Store, workers: int, backend: str, scheduler: str | None, progress: bool) -> Outcome:
