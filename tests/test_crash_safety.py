@@ -1,4 +1,5 @@
-"""Crash safety of sweeps: SIGKILL at recorded points and --resume, a read-only output folder, a full disk.
+"""Crash safety of sweeps: SIGKILL, SIGTERM and SIGHUP at recorded points and --resume, a read-only
+output folder, a full disk.
 
 - One sweep is SIGKILLed at recorded points ($WADILOCO_TEST_KILL_AT, see
   experiments/sweep/kill_points.py): right after the store is created, right after the plan is
@@ -29,14 +30,24 @@ import errno
 import os
 import random
 import shutil
+import signal
 import sqlite3
 import stat
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from sweep_helpers import plugins_env, run_until_killed, tiny_sweep_dict, write_sweep  # noqa: F401
+from sweep_helpers import (  # noqa: F401
+    group_members,
+    plugins_env,
+    run_until_killed,
+    spawn_sweep,
+    tiny_sweep_dict,
+    write_sweep,
+)
 
 # imported up front: the read-only tests drop privileges, and may not import anything after that
 import wadiloco.experiments.commands  # noqa: F401
@@ -82,7 +93,8 @@ def _integrity(out: Path) -> str:
 
 
 def _leftovers(out: Path) -> list[str]:
-    """write_atomic's temp files (.<name>.<8 chars>) anywhere in the folder."""
+    """Hidden files anywhere in the folder but the lock (write_atomic's temp files are
+    .<name>.wadiloco-tmp.<8 chars>)."""
     return sorted(p.name for p in out.rglob(".*") if p.is_file() and not p.name.startswith(".wadiloco"))
 
 
@@ -168,12 +180,15 @@ def test_sigkill_at_recorded_points_then_resume(ref, tmp_path):
     rows = _check_store(out, rows, total, ref["rows"])
     assert (out / "runs.csv").read_bytes() == (ref["out"] / "runs.csv").read_bytes()
     assert not (out / "summary.csv").exists() and not (out / "report.md").exists()
-    # a kill in the middle of a write leaves only a hidden temp file (never a truncated output);
-    # plant some to check that --resume clears them away
-    (out / ".summary.csv.k3j9x0qa").write_text("regime,poli")
+    # a kill in the middle of a write leaves only a hidden temp file (never a truncated output),
+    # marked as this tool's; plant some to check that --resume clears them away, and a user's
+    # files that merely look like temp files, which it must leave alone
+    (out / ".summary.csv.wadiloco-tmp.k3j9x0qa").write_text("regime,poli")
     (out / "figures").mkdir(exist_ok=True)
-    (out / "figures" / ".envelope.png.a8d7f6s5").write_bytes(b"\x89PN")
+    (out / "figures" / ".envelope.png.wadiloco-tmp.a8d7f6s5").write_bytes(b"\x89PN")
     (out / "notes.txt").write_text("mine")  # a user's own file is left alone
+    (out / ".runs.csv.backup01").write_text("mine too")
+    (out / "figures" / ".envelope.png.a8d7f6s5").write_text("and mine")
 
     # 5. the last --resume runs nothing and writes the outputs
     assert main(["sweep", str(sweep), "--out", str(out), "--resume", "--no-progress", "--no-figures"]) == 0
@@ -184,7 +199,46 @@ def test_sigkill_at_recorded_points_then_resume(ref, tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == total and not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
     assert (out / "report.md").exists() and (out / "notes.txt").read_text() == "mine"
-    assert _leftovers(out) == []
+    assert (out / ".runs.csv.backup01").read_text() == "mine too"
+    assert (out / "figures" / ".envelope.png.a8d7f6s5").read_text() == "and mine"
+    assert [n for n in _leftovers(out) if "wadiloco-tmp" in n] == []
+
+
+# ---- SIGTERM and SIGHUP at recorded points, handled like Ctrl-C ----------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_at_a_recorded_point_then_resume(ref, tmp_path, sig):
+    """A service manager's SIGTERM or a closed terminal's SIGHUP, sent at a recorded point (the
+    store holds k rows): the sweep stops its workers, says what is saved and how to go on, and
+    exits 128 + the signal's number, with no traceback and no leaked-semaphore warning; no worker
+    outlives it; the store holds exactly the committed runs; --resume then gives byte-identical
+    CSVs."""
+    k = random.Random(KILL_SEED + sig).randint(3, ref["total"] - 4)
+    out = tmp_path / "out"
+    env = {"WADILOCO_TEST_KILL_AT": f"rows={k}", "WADILOCO_TEST_KILL_SIGNAL": sig.name[3:]}
+    proc = spawn_sweep(ref["sweep"], out, env, "--workers", "2")
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers: a process group we started
+        proc.wait()
+        pytest.fail(f"the sweep never reached its stop point rows={k}")
+    err = err.decode()
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "leaked" not in err and "resource_tracker" not in err, err
+    assert f"stopped by {sig.name}" in err and "--resume" in err and "runs.sqlite" in err, err
+    t0 = time.monotonic()
+    while group_members(proc.pid):
+        assert time.monotonic() - t0 < 60, "worker processes outlived the stopped sweep"
+        time.sleep(0.05)
+    rows = _check_store(out, {}, k, ref["rows"])
+    assert f"{k} completed run(s) are saved" in err, err
+    assert main(["sweep", str(ref["sweep"]), "--out", str(out), "--resume", "--no-progress", "--no-figures"]) == 0
+    final = _check_store(out, rows, ref["total"], ref["rows"])
+    assert set(final) == set(ref["rows"])
+    for f in ("runs.csv", "summary.csv", "comparisons.csv", "load_check.csv"):
+        assert (out / f).read_bytes() == (ref["out"] / f).read_bytes(), f
 
 
 # ---- read-only output folder ----------------------------------------------------------------
