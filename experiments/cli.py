@@ -35,9 +35,11 @@ DEBUG_ENV = "WADILOCO_DEBUG"  # =1: let an unexpected exception show its traceba
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised in the main thread so that it unwinds like Ctrl-C."""
 
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+    def __init__(self, signum: int | str):
+        # SimPy re-raises a process's exception as type(e)(*e.args), i.e. with the signal's name
+        sig = signal.Signals[signum] if isinstance(signum, str) else signal.Signals(signum)
+        super().__init__(sig.name)
+        self.signum = int(sig)
 
 
 def exit_code(e: KeyboardInterrupt) -> int:

@@ -78,23 +78,25 @@ def _p(x) -> str:
 # ---- a tiny document model rendered to both Markdown and HTML ---------------------------------
 
 
-_MD_ACTIVE = re.compile(r"[\\`*\[|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_MD_LEAD = re.compile(r"^(\s*(?:\d+)?)([#>+=-]|(?<=\d)[.)])")
+_MD_ACTIVE = re.compile(r"[\\`*\[\]|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_LEAD = re.compile(r"^(\s*(?:\d+)?)([#>+=-]|(?<=\d)[.)](?=\s|$))")
 
 
-def md_text(s: object) -> str:
+def md_text(s: object, lead: bool = True) -> str:
     """`s` as inert Markdown on one line: line breaks become spaces; characters that make links,
-    emphasis, code, tables or strike-through are backslash-escaped (an underscore inside a word,
-    as in no_sync, makes nothing and stays as it is); < and & become entities (no raw HTML, no
-    autolink, no entity); a leading #, >, -, + or "1." is escaped (no heading, quote or list)."""
+    emphasis, code, tables, math or strike-through are backslash-escaped (an underscore inside a
+    word, as in no_sync, makes nothing and stays as it is); < and & become entities (no raw HTML,
+    no autolink, no entity); with `lead`, a leading #, >, -, +, = or "1. " is escaped (no heading,
+    quote or list; a table cell has no such blocks, so a cell's -1.5 stays as it is)."""
     text = " ".join(str(s).splitlines()) if s is not None else ""
     text = text.replace("&", "&amp;").replace("<", "&lt;")
     text = _MD_ACTIVE.sub(lambda m: "\\" + m.group(0), text)
-    return _MD_LEAD.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
+    return _MD_LEAD.sub(lambda m: m.group(1) + "\\" + m.group(2), text) if lead else text
 
 
 def _md_table(df: pd.DataFrame) -> str:
-    cell = md_text
+    def cell(v: object) -> str:
+        return md_text(v, lead=False)
 
     lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "|" + "---|" * len(df.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]

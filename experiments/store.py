@@ -127,14 +127,17 @@ class Store:
             )
 
     def close(self) -> None:
-        """A writer folds its write-ahead log into the store first, so that a finished or stopped
-        sweep's results live in runs.sqlite alone (after a SIGKILL they may also be in
-        runs.sqlite-wal: the store is the pair of files until the next session opens it)."""
+        """A writer folds its write-ahead log into the store first and leaves it in rollback-journal
+        mode, so that a finished or stopped sweep's results live in runs.sqlite alone, and a
+        read-only reader (report, export) creates no -wal file beside it. After a SIGKILL the
+        results may also be in runs.sqlite-wal: the store is the pair of files until the next
+        session opens it."""
         if not self.readonly:
             try:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.conn.execute("PRAGMA journal_mode=DELETE")
             except sqlite3.Error:
-                pass  # a busy or full disk: the WAL stays, and is replayed on the next open
+                pass  # a busy or full disk, another reader: the WAL stays, and is replayed on the next open
         self.conn.close()
 
     def _fail(self, e: sqlite3.Error, what: str):

@@ -4,10 +4,12 @@ past which it is refused: values that each look valid (a 1 ns step, a week-long 
 
 The estimate counts what the simulator does per item, with costs measured on this project's
 machine class (2 cores, CPython 3.11): a request is about 3 events and 250 bytes; an island's
-inner step 2 events and 60 bytes; a monitor sample 1 event plus half an event per sidecar it reads,
-and 250 bytes; a sidecar or host about 50 events and 10 kB to build; a merge about 10 events per
-host. At roughly 10 us per event, 1e8 events is a quarter of an hour. Every limit is an
-environment variable, so a user who means it can raise it.
+inner step 2 events and 60 bytes; a monitor sample 1 event plus half an event per sidecar it
+reads, one per island whose next decision it looks ahead to and a tenth per host (measured: 4,096
+hosts sampled every 10 ms cost 3.4 ms a sample in 64 islands, 5.3 ms in 256), and 250 bytes; a
+sidecar or host about 50 events and 10 kB to build; a merge about 10 events per host. At roughly
+10 us per event, 1e8 events is a quarter of an hour. Every limit is an environment variable, so a
+user who means it can raise it.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def estimate(sc, workload=None) -> Estimate:
     events = {
         "requests": 3.0 * c["requests"],
         "island_steps": 2.0 * c["island_steps"],
-        "samples": (1.0 + f.n_sidecars / 2) * c["samples"],
+        "samples": (1.0 + f.n_sidecars / 2 + f.islands + f.n_hosts / 10) * c["samples"],
         "components": 50.0 * c["components"],
         "merges": 10.0 * f.n_hosts * c["merges"],
     }
@@ -134,11 +136,19 @@ def estimate(sc, workload=None) -> Estimate:
     fields = {
         "requests": req_field or "horizon_s",
         "island_steps": "training.step_time_s",
-        "samples": "drain_s" if sc.drain_s > sc.horizon_s else "monitor.sample_s",
+        "samples": _samples_field(sc),
         "components": "fleet",
         "merges": "merge.h_min",
     }
     return Estimate(c, events, {k: per_byte[k] * v for k, v in c.items()}, fields)
+
+
+def _samples_field(sc) -> str:
+    """The field that makes the timeline long: a sampling period far below its 1 s default, or a
+    drain far past the horizon."""
+    by_period = 1.0 / sc.monitor.sample_s
+    by_drain = (sc.horizon_s + sc.drain_s) / (2 * sc.horizon_s)
+    return "drain_s" if by_drain > by_period else "monitor.sample_s"
 
 
 def check_run(sc, workload=None, file: object = None, prefix: str = "") -> Estimate:
@@ -155,7 +165,10 @@ def check_run(sc, workload=None, file: object = None, prefix: str = "") -> Estim
         if value > lim:
             env, _, what = LIMITS[name]
             field = est.fields[term]
-            change = f"{field}, horizon_s or the fleet's size" if term == "requests" else field
+            change = {
+                "requests": f"{field}, horizon_s or the fleet's size",
+                "samples": f"{field} (the timeline has (horizon_s + drain_s) / monitor.sample_s samples)",
+            }.get(term, field)
             raise InputError(
                 file,
                 f"{prefix}{field}",
@@ -165,12 +178,14 @@ def check_run(sc, workload=None, file: object = None, prefix: str = "") -> Estim
     return est
 
 
-def check_count(name: str, n: float, file: object, field: str, what: str) -> None:
-    """An InputError if `n` (runs, workers) exceeds the limit `name`."""
+def check_count(name: str, n: float, file: object, field: str, what: str, other: str = "") -> None:
+    """An InputError if `n` (runs, workers) exceeds the limit `name`; `other` is a second field
+    that multiplies it."""
     lim = limit(name)
     if n > lim:
         env = LIMITS[name][0]
-        raise InputError(file, field, f"{what}: {_g(n)}, over the limit of {_g(lim)} (${env}); lower {field}")
+        lower = f"{field} or {other}" if other else field
+        raise InputError(file, field, f"{what}: {_g(n)}, over the limit of {_g(lim)} (${env}); lower {lower}")
 
 
 def notes(sc, policy: str) -> list[str]:

@@ -64,9 +64,10 @@ def _short(v: Any) -> str:
 
 
 def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") -> Any:
-    """`model` built from `data`, or an InputError naming `file` and the dotted field."""
+    """`model` built from `data`, or an InputError naming `file` and the dotted field. Strict types
+    even for a model that is not `Strict` (a policy's params): no bool or text as a number."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as e:
         loc, msg = format_validation_error(e, prefix)
         raise InputError(file, loc, msg) from None

@@ -88,33 +88,64 @@ def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
     path = out / STORE_NAME
     if path.is_file() and path.stat().st_size == 0 and not _has_content(out / (STORE_NAME + "-wal")):
         sys.stderr.write(f"note: {path} was an empty file (0 bytes); starting a new results store in it\n")
+    elif path.is_file():
+        _refuse_other(plan, out, resume)  # read-only first: a refused store is left byte for byte as it was
     store = Store(path)
     kill_point("store-opened")
     ident = store.identity()
     if ident is None:
         store.set_plan(plan.identity(), plan.to_dict())
-    elif ident != plan.identity():
+    else:
+        try:
+            _check_identity(store, plan, out, resume)
+        finally:
+            if ident != plan.identity() or not resume:
+                store.close()
+        store.set_plan(ident, plan.to_dict())  # analysis settings (bootstrap, gate) may have changed
+    return store
+
+
+def _refuse_other(plan: Plan, out: Path, resume: bool) -> None:
+    """The store's identity checks, through a read-only connection; a store that cannot be read so
+    (a journal to replay, another program's file) is left to the writer's own checks."""
+    try:
+        ro = Store(out / STORE_NAME, readonly=True)
+    except InputError:
+        return
+    try:
+        if ro.identity() is not None:
+            _check_identity(ro, plan, out, resume)
+    except InputError as e:
+        if e.file == str(out):  # this store's verdict, not a reading problem
+            raise
+    finally:
+        ro.close()
+
+
+def _check_identity(store: Store, plan: Plan, out: Path, resume: bool) -> None:
+    if store.identity() != plan.identity():
         old = store.plan()
-        store.close()
+        was, now = dict(old.get("inputs") or {}), plan.inputs
+        edited = sorted(f for f in set(was) | set(now) if was.get(f) != now.get(f))
+        why = (
+            f"the contents of {', '.join(edited[:3])} changed since"
+            if edited
+            else "other regimes, policies, params or seeds"
+        )
         raise InputError(
             out,
             "--out",
             f"already holds the results of a different sweep ({old.get('name')!r} from "
-            f"{old.get('file')}, other regimes, policies, params or seeds); choose "
-            f"another output folder or remove this one",
+            f"{old.get('file')}; {why}); choose another output folder or remove this one",
         )
-    elif not resume:
+    if not resume:
         c = store.counts()
-        store.close()
         raise InputError(
             out,
             "--resume",
             f"already holds this sweep's results ({c.get('ok', 0)} completed, "
             f"{c.get('error', 0)} failed runs); pass --resume to continue it",
         )
-    else:
-        store.set_plan(ident, plan.to_dict())  # analysis settings (bootstrap, gate) may have changed
-    return store
 
 
 def _has_content(p: Path) -> bool:

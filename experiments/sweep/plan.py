@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,8 +263,11 @@ def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: s
     """Refuse a plan with more runs than $WADILOCO_MAX_RUNS before any task is listed."""
     n = sum(a.draws * len(spec.seeds) for r in regimes for a in arms if a.runs_in(r.name))
     widest = max(range(len(spec.policies)), key=lambda i: spec.policies[i].draws)
-    field = f"policies.{widest}.draws" if spec.policies[widest].draws > len(spec.seeds) else "seeds"
-    check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)")
+    draws = f"policies.{widest}.draws"
+    field, other = (draws, "seeds") if spec.policies[widest].draws >= len(spec.seeds) else ("seeds", draws)
+    if spec.policies[widest].draws == 1:
+        other = ""
+    check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)", other)
 
 
 def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> dict[str, str]:
@@ -281,10 +285,21 @@ def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> d
             p = p if p is None or p.is_absolute() else Path(sc.base_dir) / p
             if p is not None and p.is_file():
                 files.add(str(p.resolve()))
+            elif p is not None and re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", s) and (q := _packaged_profile(s)):
+                files.add(str(q))  # an engine profile named, not given by path
     out = {f: hashlib.sha256(read_input(f)).hexdigest() for f in sorted(files)}
     cal = resources.files("wadiloco.models.data").joinpath(CALIBRATION_FILE).read_bytes()
     out[f"wadiloco.models.data/{CALIBRATION_FILE}"] = hashlib.sha256(cal).hexdigest()
     return out
+
+
+def _packaged_profile(name: str) -> Path | None:
+    from importlib import resources
+
+    from wadiloco.models.profiles import PACKAGED
+
+    q = resources.files("wadiloco.models.data").joinpath(PACKAGED, f"{name}.yaml")
+    return Path(str(q)) if q.is_file() else None
 
 
 def _strings(obj: Any):
