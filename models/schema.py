@@ -1,11 +1,10 @@
 """Validation helpers every input schema shares: strict models, readable errors, bounded reads, YAML.
 
-A leaf: it imports nothing of the project but `models.errors`, so any module that defines a
-schema (the scenario, workload kinds, policy params, sweep files) can use it without pulling in
-the registries that use those schemas.
+A leaf: it imports nothing of the project but `models.errors` and `models.files` (bounded reads),
+so any module that defines a schema (the scenario, workload kinds, policy params, sweep files) can
+use it without pulling in the registries that use those schemas.
 
-Input files are read only if they are regular files (checked before opening, symlinks followed)
-and at most $WADILOCO_MAX_INPUT_BYTES long: a FIFO would block forever and /dev/zero never ends.
+Input files are read through models.files: regular files only, at most $WADILOCO_MAX_INPUT_BYTES.
 YAML is read as YAML 1.2's core schema, strictly: `true`/`false` are the only booleans, numbers
 are decimal (`0x1E`, `1_000`, `010` and `1:30` stay strings, which a number field rejects), a key
 given twice is an error, and the document's size with every alias expanded, its nesting depth and
@@ -15,9 +14,7 @@ its integers are capped before anything walks it.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +22,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.files import (  # noqa: F401 - re-exported: the read helpers every schema's reader uses
+    MAX_INPUT_ENV,
+    check_input,
+    input_problem,
+    max_input_bytes,
+    not_regular,
+    read_input,
+    read_text,
+)
 
-MAX_INPUT_ENV = "WADILOCO_MAX_INPUT_BYTES"
-DEFAULT_MAX_INPUT_BYTES = 256 * 2**20
 MAX_YAML_NODES = 200_000  # scalars and collections, every alias expanded (a 100k-seed list fits)
 MAX_YAML_DEPTH = 64
 MAX_INT = 2**63 - 1  # what a seed, a count or a size can be; past it a number is a typo
@@ -71,103 +75,6 @@ def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") 
     except ValidationError as e:
         loc, msg = format_validation_error(e, prefix)
         raise InputError(file, loc, msg) from None
-
-
-# ---- bounded reads of regular files -----------------------------------------------------------
-
-
-def max_input_bytes() -> int:
-    raw = os.environ.get(MAX_INPUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_INPUT_BYTES
-    if not re.fullmatch(r"[0-9]{1,18}", raw) or int(raw) < 1:
-        raise InputError(f"${MAX_INPUT_ENV}", "", f"must be a whole number of bytes >= 1 (got {raw!r})")
-    return int(raw)
-
-
-_KINDS = (
-    (stat.S_ISDIR, "is a folder"),
-    (stat.S_ISFIFO, "is a FIFO (named pipe): reading it would wait for a writer"),
-    (stat.S_ISCHR, "is a character device (like /dev/zero or a terminal)"),
-    (stat.S_ISBLK, "is a block device"),
-    (stat.S_ISSOCK, "is a socket"),
-)
-
-
-def not_regular(mode: int) -> str | None:
-    """What a file of this mode is, if it is not a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((why for test, why in _KINDS if test(mode)), "is not a regular file")
-
-
-def input_problem(path: str | Path, what: str = "file") -> str | None:
-    """Why `path` cannot be read as an input (None if it can): missing, not a regular file (symlinks
-    followed), or over the size limit."""
-    p = Path(path)
-    link = f" (a symlink to {os.readlink(p)})" if p.is_symlink() else ""
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        return f"is a symlink to a missing file ({os.readlink(p)})" if link else f"{what} not found"
-    except OSError as e:
-        return f"cannot read: {e.strerror or e}"
-    why = not_regular(st.st_mode)
-    if why:
-        return f"{why}{link}, expected a {what}"
-    limit = max_input_bytes()
-    if st.st_size > limit:
-        return (
-            f"is {st.st_size:,} bytes, more than the input size limit of {limit:,} bytes "
-            f"(set ${MAX_INPUT_ENV} to raise it)"
-        )
-    return None
-
-
-def check_input(path: str | Path, file: object, field: str, what: str = "file") -> None:
-    """An InputError naming `file` and `field` (and the path) if `path` cannot be read as an input."""
-    problem = input_problem(path, what)
-    if problem:
-        raise InputError(file, field, f"{path} {problem}" if str(file) != str(path) else problem)
-
-
-def read_input(path: str | Path, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most $WADILOCO_MAX_INPUT_BYTES; anything else is an InputError."""
-    p = Path(path)
-    check_input(p, p, "", what)
-    limit = max_input_bytes()
-    try:
-        # O_NONBLOCK: if a FIFO replaced the file since the check, opening it must not wait
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise InputError(p, "", f"cannot read: {e.strerror or e}") from None
-    try:
-        why = not_regular(os.fstat(fd).st_mode)
-        if why:
-            raise InputError(p, "", f"{why}, expected a {what}")
-        chunks, n = [], 0
-        while n <= limit:
-            b = os.read(fd, min(1 << 20, limit + 1 - n))
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-    except OSError as e:
-        raise InputError(p, "", f"cannot read: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
-    if n > limit:
-        raise InputError(p, "", f"grew past the input size limit of {limit:,} bytes while being read")
-    return b"".join(chunks)
-
-
-def read_text(path: str | Path, what: str = "file") -> str:
-    raw = read_input(path, what)
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise InputError(path, f"line {line}", "not UTF-8 text (is this a compressed or binary file?)") from None
 
 
 # ---- YAML: the 1.2 core schema, strictly, with size caps ----------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import read_text
+from wadiloco.models.files import read_text
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")

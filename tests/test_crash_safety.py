@@ -207,7 +207,11 @@ def test_sigkill_at_recorded_points_then_resume(ref, tmp_path):
 # ---- SIGTERM and SIGHUP at recorded points, handled like Ctrl-C ----------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+# SIGHUP takes the same path as SIGTERM (experiments/cli.py); its sweep run is in the slow set, and
+# a SIGHUP during `run` is in the default suite (tests/test_reliability.py)
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)], ids=["SIGTERM", "SIGHUP"]
+)
 def test_sigterm_and_sighup_at_a_recorded_point_then_resume(ref, tmp_path, sig):
     """A service manager's SIGTERM or a closed terminal's SIGHUP, sent at a recorded point (the
     store holds k rows): the sweep stops its workers, says what is saved and how to go on, and

@@ -143,7 +143,7 @@ def test_run_out_force_overwrites_only_its_own_result(tmp_path, capsys):
     )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
 def test_a_run_stopped_midway_leaves_no_output_folder(tmp_path, sig):
     """The output folder is made only when the run has something to write, so a run stopped in the
     middle leaves nothing; the exit code is 128 + the signal's number, without a traceback."""

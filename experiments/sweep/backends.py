@@ -26,6 +26,7 @@ from wadiloco.experiments.sweep.worker import execute_task, init_local_worker
 from wadiloco.models.errors import InputError
 
 WORKER_DIED = "worker process died"
+PROBE_ENV = "WADILOCO_DASK_PROBE_S"
 PROBE_S = 10.0  # the whole greeting of a Dask scheduler, from connect to its first 8 bytes
 MAX_GREETING = 64 * 2**20  # a scheduler's handshake message is a few hundred bytes
 _ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})")
@@ -42,9 +43,20 @@ def check_address(addr: str) -> tuple[str, str, int]:
     return scheme, m["host"].strip("[]"), int(m["port"])
 
 
-def probe_scheduler(addr: str, timeout: float = PROBE_S) -> None:
-    """Check within `timeout` seconds, in all, that `addr` greets like a Dask scheduler: on connect it
-    sends its handshake at once, framed by an 8-byte little-endian length."""
+def probe_timeout() -> float:
+    raw = os.environ.get(PROBE_ENV, "").strip()
+    if not raw:
+        return PROBE_S
+    if not re.fullmatch(r"[0-9]{1,4}(\.[0-9]*)?", raw) or not 0 < float(raw) <= 3600:
+        raise InputError(f"${PROBE_ENV}", "", f"must be a number of seconds from 0 to 3600 (got {raw[:40]!r})")
+    return float(raw)
+
+
+def probe_scheduler(addr: str, timeout: float | None = None) -> None:
+    """Check within `timeout` seconds ($WADILOCO_DASK_PROBE_S, default 10), in all, that `addr` greets
+    like a Dask scheduler: on connect it sends its handshake at once, framed by an 8-byte
+    little-endian length."""
+    timeout = probe_timeout() if timeout is None else timeout
     scheme, host, port = check_address(addr)
     if scheme != "tcp":
         return  # TLS: the handshake is encrypted; Client's own timeout applies
