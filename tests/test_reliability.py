@@ -226,3 +226,26 @@ def test_export_through_a_symlink_keeps_the_link(nasty_sweep, tmp_path):
     link.symlink_to(real)
     assert main(["export", str(out), "--output", str(link)]) == 0
     assert link.is_symlink() and real.read_text().startswith("regime,")
+
+
+def test_a_prompt_that_never_finishes_counts_as_a_violation(tmp_path, capsys):
+    """A 10 M-token prompt cannot be served within the run: it and the requests queued behind it
+    are unfinished, and each counts as an SLO violation (never hidden as NaN behind 0.00%)."""
+    t = tmp_path / "t.csv"
+    t.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:00.0,9999999,10\n"
+        "2023-11-16 18:15:01.0,100,10\n2023-11-16 18:15:02.0,100,10\n"
+    )
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "name: x\nhorizon_s: 10\ndrain_s: 5\nfleet: {islands: 1, hosts_per_island: 1}\n"
+        "workload: {kind: trace, path: t.csv}\npolicy: {name: no_sync}\n"
+    )
+    assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "unfinished 3" in out and "SLO violation rate     100.00%" in out, out
+    import json
+
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    summary = s.get("summary", s)
+    assert summary["unfinished"] == 3 and summary["slo_violations"] == 3
