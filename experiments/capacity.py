@@ -46,6 +46,10 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
     many runs in all, or a single run (at the top load of the bracket) over the limits."""
     from wadiloco.models.limits import check_count, check_run
 
+    if not 0 < spec.attainment < 1:
+        raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
+    if seeds < 1:
+        raise InputError("<command line>", "--seeds", "must be at least 1")
     n = spec.bisections()
     if n > MAX_BISECTIONS:
         smallest = (spec.hi - spec.lo) / 2**MAX_BISECTIONS

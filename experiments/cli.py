@@ -69,9 +69,8 @@ class _Parser(argparse.ArgumentParser):
         kw.setdefault("formatter_class", _Help)
         super().__init__(*args, **kw)
 
-    def error(self, message: str):  # argparse's default exits 2 with usage; keep it, but one paragraph
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+    def error(self, message: str):  # argparse's default prints the whole usage first; one line instead
+        sys.stderr.write(f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
         raise SystemExit(EXIT_INPUT)
 
 

@@ -231,7 +231,7 @@ def one_paragraph(err: str) -> str | None:
     if "\n\n" in text:
         return "more than one paragraph"
     lines = text.splitlines()
-    if len(lines) > 1 and not (len(lines) <= 4 and lines[0].startswith("usage:")):
+    if len(lines) > 1:
         return f"{len(lines)} lines"
     return None
 
