@@ -14,7 +14,8 @@ The model (SPEC.md section 2, vLLM v1 scheduling order), one iteration at a time
 3. Requests already prefilling get the next chunk of their prompt (admission order) while budget
    is left; then waiting requests are admitted FCFS while budget is left and fewer than
    `max_num_seqs` requests are running (decoding or prefilling). Admission time = now.
-4. The GPU part is g = a + b*prefill_tokens + c*sum(context of decoding requests) + d*batch,
+4. The GPU part is g = a + b*prefill_tokens + c*sum(context of decoding requests) + d*batch
+   (+ e*causal attention pairs of the chunks, each over its prompt's computed tokens),
    batch = decoding requests + requests with a chunk; the host part is
    h = host_s + h1*batch + h2*(decode tokens + prefill tokens), the frontend part
    f = fq*(requests admitted in it) + ft*(output tokens it produces); with no contention the
@@ -74,7 +75,7 @@ def serve(
     """Serve requests (arrival times `t`, sorted; token counts `prompt`, `output` >= 1) on one
     sidecar with latency model `lat` (fields a, b, c, d). Like simpy's run(until=...), nothing at or
     after `until` happens; requests not done by then keep NaN times."""
-    a, b, c, d = float(lat.a), float(lat.b), float(lat.c), float(lat.d)
+    a, b, c, d, e = float(lat.a), float(lat.b), float(lat.c), float(lat.d), float(getattr(lat, "e", 0.0))
     h = float(host_s)
     t = np.asarray(t, dtype=float).tolist()
     prompt = [int(x) for x in np.asarray(prompt).tolist()]
@@ -125,15 +126,18 @@ def serve(
             take = min(prompt[rid], budget)
             chunks.append((rid, take))
             budget -= take
-        pf = new = completing = 0
+        pf = new = completing = pairs = 0
         for rid, take in chunks:
             pf += take
+            pairs += take * done_tokens[rid] + take * (take + 1) // 2
             new += done_tokens[rid] == 0
             completing += done_tokens[rid] + take >= prompt[rid]
         if check:
             ctx = sum(prompt[r] + 1 + (diter - dec_since[r]) for r in decoders)
             assert ctx == sum_ctx and len(decoders) == n_dec, (ctx, sum_ctx, len(decoders), n_dec)
         g = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+        if e:
+            g += e * pairs
         hi = h + h1 * (n_dec + len(chunks)) + h2 * (n_dec + pf)
         f = fq * new + ft * (n_dec + completing)
         cur_chunks = chunks

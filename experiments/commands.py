@@ -232,7 +232,7 @@ def cmd_calibrate(args) -> int:
     import numpy as np
 
     from wadiloco.models.interference import fit_weights
-    from wadiloco.models.latency import fit_latency, load_calibration
+    from wadiloco.models.latency import fit_latency, load_calibration, relative_errors
     from wadiloco.models.schema import check_input
 
     if args.profile:
@@ -243,6 +243,7 @@ def cmd_calibrate(args) -> int:
         cal = load_calibration(p)  # a bounded read; errors name the file
         try:
             lat, w = fit_latency(cal), fit_weights(cal)
+            lat_attn = fit_latency(cal, form="attention")
         except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
             what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
             why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
@@ -250,14 +251,21 @@ def cmd_calibrate(args) -> int:
         if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
             raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
     else:
-        lat, w = fit_latency(), fit_weights()
+        cal = None
+        lat, lat_attn, w = fit_latency(), fit_latency(form="attention"), fit_weights()
     if args.json:
         from dataclasses import asdict
 
-        sys.stdout.write(json.dumps({"latency": asdict(lat), "interference": asdict(w)}, indent=2) + "\n")
+        out = {"latency": asdict(lat), "latency_attention": asdict(lat_attn), "interference": asdict(w)}
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0
-    print("Serving step latency (GPU part), fitted to the H200 p50 rows:")
+    print("Serving step latency (GPU part), fitted to the H200 p50 rows (engine.latency: linear | attention):")
     print("  " + lat.describe())
+    print("  " + lat_attn.describe())
+    print(f"  {'row':24s} {'measured':>9s} {'linear':>18s} {'attention':>18s}")
+    for (row, y, p1), (_, _, p2) in zip(relative_errors(lat, cal), relative_errors(lat_attn, cal)):
+        cells = " ".join(f"{p * 1e3:9.3f} ({p / y - 1:+6.1%})" for p in (p1, p2))
+        print(f"  {row:24s} {y * 1e3:9.3f} {cells}")
     print("Interference weights (processor-sharing weight of merge work vs one serving iteration = 1):")
     print(f"  GPU  outer step  {w.gpu_outer:.4f}   (serving keeps 1/(1+w) = {1 / (1 + w.gpu_outer):.3f} of its GPU)")
     print(f"  GPU  staging     {w.gpu_stage:.4f}")

@@ -32,6 +32,9 @@ def sidecar_capacity_rps(
         prefill_per_iter = max(1.0, max_num_batched_tokens - B)
         B = prefill_per_iter * O / P  # the budget, not the slots, limits admissions
     g = lat.a + lat.b * prefill_per_iter + lat.c * B * (P + O / 2) + lat.d * B
+    # attention form: a prompt of P tokens makes P(P+1)/2 causal pairs however it is chunked, B/O
+    # prompts start per iteration (0 for the linear form, exactly)
+    g += lat.e * (B / O) * (P * (P + 1) / 2)
     # host work h0 + h1*batch + h2*tokens, frontend work per admitted request and output token
     h = host_s + step.host_per_seq_s * B + step.host_per_token_s * (B + prefill_per_iter)
     f = step.front_per_request_s * B / O + step.front_per_token_s * B

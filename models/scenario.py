@@ -78,6 +78,10 @@ class EngineConfig(Strict):
     # (GPU only: host_overhead_s and cuda_graphs are then not used; prefill tokens cost nothing beyond
     # the iteration they run in, models.profiles.ModelFit), and its start delay is the closed loop's.
     model: str | None = None
+    # The GPU step's latency law (models.latency): linear = SPEC.md's a + b*prefill + c*sum_ctx +
+    # d*batch (R^2 0.960 on the H200 rows); attention adds causal prefill attention over the cached
+    # context (R^2 0.997, max relative error 9.2%; `wadiloco calibrate` prints both).
+    latency: Literal["linear", "attention"] = "linear"
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -335,6 +339,7 @@ OPT_IN_FIELDS = (
     "engine.host_per_token_s",
     "engine.frontend_per_request_s",
     "engine.frontend_per_token_s",
+    "engine.latency",
 )
 
 

@@ -13,7 +13,8 @@ rules independently, as the tests' oracle):
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
    already prefilling get the next chunk of their prompt first (in order); then waiting requests
    are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
-3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (models.latency), host work
+3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (+ e*attention pairs of the chunks,
+   latency form `attention`; models.latency), host work
    h = h0 + h1*batch + h2*scheduled_tokens on the engine's CPU path and frontend work f (the API
    server: per admitted request and per output token, on its own CPU path; `front_work`); at
    speeds rg, rh, rf (1 alone) an overlapped iteration (vLLM V1) takes max(h/rh, f/rf, g/rg), a
@@ -121,7 +122,7 @@ class EngineState:
     __slots__ = (
         # configuration: limits, latency model, host work per iteration (h + h1*batch + h2*tokens),
         # frontend work (fq per admitted request, ft per output token), sequential step or not
-        ("max_seqs", "budget", "a", "b", "c", "d", "h", "h1", "h2", "fq", "ft", "seq", "front")
+        ("max_seqs", "budget", "a", "b", "c", "d", "e", "h", "h1", "h2", "fq", "ft", "seq", "front")
         # per-request inputs and results
         + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
         # queues
@@ -146,6 +147,7 @@ class EngineState:
     ):
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
+        self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
         self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
         self.n = n = len(t)
@@ -246,21 +248,24 @@ class EngineState:
             room -= 1
         return chunks, budget0 - n_dec - budget
 
-    def step_work(self, chunks: list[tuple[int, int]] | None, n_dec: int) -> tuple[float, float]:
-        """An iteration's host time h0 + h1*batch + h2*scheduled tokens, and the API server's time:
-        fq per request admitted in it (a new admission has no prompt token computed yet) and ft per
-        output token it produces (one per decoder, and a first token per chunk that ends a prompt)."""
+    def step_work(self, chunks: list[tuple[int, int]] | None, n_dec: int, g: float) -> tuple[float, float, float]:
+        """An iteration's GPU time (`g` plus e per causal attention pair of its chunks, each over the
+        prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens, and the API
+        server's time: fq per request admitted in it (a new admission has no prompt token computed
+        yet) and ft per output token it produces (one per decoder, a first token per chunk that ends
+        a prompt)."""
         if not chunks:
-            return self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
+            return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
         prefilled, prompt = self.prefilled, self.prompt
-        new = tokens = pf = 0
+        new = tokens = pf = pairs = 0
         for rid, take in chunks:
             got = prefilled[rid]
             new += got == 0
             tokens += got + take >= prompt[rid]
             pf += take
+            pairs += take * got + take * (take + 1) // 2  # models.latency.attention_pairs
         h = self.h + self.h1 * (n_dec + len(chunks)) + self.h2 * (n_dec + pf)
-        return h, self.fq * new + self.ft * (n_dec + tokens)
+        return (g + self.e * pairs if self.e else g), h, self.fq * new + self.ft * (n_dec + tokens)
 
     def first_tokens(self, chunks, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
@@ -334,7 +339,7 @@ def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module docstring)."""
     t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
-    h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0  # h, f: today's engine
+    h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0  # h, f: today's
     waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
     prompt, output, pop, client = st.prompt, st.output, heapq.heappop, st.client
     gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
@@ -377,8 +382,8 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
         else:
             chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
-        if extra:  # host work that grows with the batch, a frontend path, a sequential step
-            h, f = st.step_work(chunks, n_dec)
+        if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
+            g0, h, f = st.step_work(chunks, n_dec, g0)
         dg = sdg = c * n_dec
         sg, sh, slowed = g0, h, False
         if gpu_jobs or host_jobs:  # (merge work on the frontend's link comes with work on the host's)

@@ -64,11 +64,12 @@ def profile_model(sc: Scenario) -> ModelFit | None:
 
 
 def engine_latency(sc: Scenario, given: LatencyModel | None) -> LatencyModel:
-    """The engine's iteration law: `given` (tests), the profile model's a + d*batch, or the H200 fit."""
+    """The engine's iteration law: `given` (tests), the profile model's a + d*batch, or the H200 fit in
+    the form engine.latency names (models.latency)."""
     if given is not None:
         return given
     fit = profile_model(sc)
-    return fit.latency() if fit is not None else default_latency()
+    return fit.latency() if fit is not None else default_latency(sc.engine.latency)
 
 
 def make_clients(r: Resolved, seed: int) -> list | None:

@@ -99,6 +99,7 @@ def test_defaults_leave_the_digest_and_new_values_move_it():
         ("engine.host_per_token_s", 1e-7),
         ("engine.frontend_per_request_s", 1e-4),
         ("engine.frontend_per_token_s", 1e-5),
+        ("engine.latency", "attention"),
     ]:
         assert with_overrides(sc, {k: v}).digest() != d0, k
 

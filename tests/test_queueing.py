@@ -38,8 +38,8 @@ TIMES = ("admitted", "first_token", "finish")
 ATOL = 1e-9  # seconds
 
 
-def latency(a=0.0, b=0.0, c=0.0, d=0.0) -> LatencyModel:
-    return LatencyModel(a, b, c, d, r2=1.0, n=0, max_rel_err=0.0)
+def latency(a=0.0, b=0.0, c=0.0, d=0.0, e=0.0) -> LatencyModel:
+    return LatencyModel(a, b, c, d, r2=1.0, n=0, max_rel_err=0.0, e=e, form="attention" if e else "linear")
 
 
 def one_sidecar(horizon_s: float, drain_s: float, **engine) -> Scenario:
@@ -243,6 +243,12 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     # and a frontend path that binds an overlapped step when batches are large
     pytest.param("bursty", SEQUENTIAL, id="bursty-sequential-frontend"),
     pytest.param("bursty", OVERLAPPED_FRONTEND, id="bursty-overlapped-frontend"),
+    # the attention latency form: chunks pay for attention over their prompt's cached context
+    pytest.param(
+        "bursty",
+        {"engine.latency": "attention", "engine.max_num_seqs": 16, "engine.max_num_batched_tokens": 512},
+        id="bursty-attention-small-batches",
+    ),
 ]
 
 
@@ -345,6 +351,8 @@ REF_ENGINES = {
     "sequential": {k.removeprefix("engine."): v for k, v in SEQUENTIAL.items()},
     "sequential-chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256, "step": "sequential"},
     "frontend": {k.removeprefix("engine."): v for k, v in OVERLAPPED_FRONTEND.items()},
+    "attention": {"latency": "attention"},
+    "attention-chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256, "latency": "attention"},
 }
 
 
@@ -413,6 +421,7 @@ def small_workload(draw):
         b=draw(st.sampled_from([0.0, 2.0**-12, 2.0**-9])),
         c=draw(st.sampled_from([0.0, 2.0**-16, 2.0**-13])),
         d=draw(st.sampled_from([0.0, 2.0**-10])),
+        e=draw(st.sampled_from([0.0, 2.0**-24])),
     )
     engine = dict(
         max_num_seqs=draw(st.integers(1, 12)),
