@@ -130,10 +130,15 @@ def fit_profile(spec: ProfileSpec, source: str) -> Profile:
         for run in refs.runs if refs else []:
             if run not in known:
                 raise InputError(source, f"{where}.runs", f"no run {run!r} in {spec.measurements}")
-    slope = spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    slope = _slope(spec)
     models = {name: _model_fit(ref.runs, slope) for name, ref in spec.models.items()}
     cot = {name: _mean([fit.fit_run(r).weight for r in ref.runs]) for name, ref in spec.cotenants.items()}
     return Profile(spec, source, slope, models, cot)
+
+
+def _slope(spec: ProfileSpec) -> float:
+    """The batch growth per sequence both fit paths use (fit_profile, model_fit): one rule, so they cannot drift."""
+    return spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
 
 
 def _mean(xs) -> float:
@@ -191,5 +196,5 @@ def model_fit(path: str, model: str) -> ModelFit:
     spec = validate(ProfileSpec, read_yaml(Path(path)), path)
     if model not in spec.models:
         raise InputError(path, "models", f"profile {spec.name!r} has no model {model!r}")
-    slope = spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    slope = _slope(spec)
     return _model_fit(spec.models[model].runs, slope)
