@@ -127,7 +127,12 @@ class MergeConfig(Strict):
     checkpoint_bytes_per_param: float = Field(8.0, gt=0, description="fp32 params + fp32 outer momentum")
     # Every island writes its replica, sharded over its hosts (per-island restart).
     checkpoint_gbps: float = Field(80.0, gt=0, description="aggregate store write bandwidth")
-    serialize_gbps: float = Field(5.6, gt=0, description="per-host checkpoint serialisation")
+    # Checkpoint serialisation is CPU work, separate from the write: `serialize_threads` threads at
+    # `serialize_gbps` each turn the shard into bytes (the host CPU is pressed for exactly that long),
+    # and the write streams them to the store no faster than they are made. Per thread: torch.save of a
+    # 4 GB host tensor, one thread, ran at 0.64-0.79 GB/s (../shared/calibration `ckpt_GBps`): 5.6 Gb/s.
+    serialize_gbps: float = Field(5.6, gt=0, description="checkpoint serialisation per thread")
+    serialize_threads: int = Field(1, ge=1, le=256, description="threads serialising a host's shard")
     pcie_gbps: float = Field(440.0, gt=0, description="per-host GPU<->pinned host staging")
     outer_elements_per_s: float = Field(4.0e10, gt=0, description="fp32 Nesterov update rate, one GPU")
 
@@ -340,6 +345,7 @@ OPT_IN_FIELDS = (
     "engine.frontend_per_request_s",
     "engine.frontend_per_token_s",
     "engine.latency",
+    "merge.serialize_threads",
 )
 
 

@@ -11,7 +11,7 @@ a rule; a link with `capacity=inf` never constrains anything, which is how tests
 unlimited resource removes the interference it causes.
 
 A job with infinite work is a *hold*: it presses on its links until `stop()` (e.g. checkpoint
-serialisation keeps the host CPU busy for as long as the storage write lasts).
+serialisation keeps the host CPU busy until its CPU work is done, sim.merge).
 
 Hot-path support: a serving engine that finds its links empty runs without submitting jobs and
 is the links' `occupant` (one engine per link: each sidecar has its own GPU and CPU links); the

@@ -42,6 +42,7 @@ class MergeExecutor:
         self.res = res
         self.bound_changed = bound_changed
         self.active = False
+        self.host_work: list[tuple[str, int, float, float]] = []  # (kind, host, start, end) of merge CPU work
         self._last = sc.merge.phases[-1] if sc.merge.phases else None
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
 
@@ -97,16 +98,29 @@ class MergeExecutor:
         return jobs
 
     def _ckpt(self) -> list[Job]:
-        w, net = self.w, self.res.net
+        return [j for k in range(len(self.res.hosts)) for j in self._ckpt_host(k)]
+
+    def _ckpt_host(self, k: int) -> list[Job]:
+        """Host k's checkpoint shard: serialisation, CPU work of `bytes / (rate x threads)` seconds on
+        the host's serialisers that presses on its CPU paths while (and only while) it runs, and the
+        write, an I/O transfer to the store fed by the serialisers (never faster than they make
+        bytes; after they are done, from the buffer they filled). A slow WAN or store lengthens the
+        write, not the CPU pressure: a thread waiting on I/O is idle."""
+        w, net, hr = self.w, self.res.net, self.res.hosts[k]
         gbits = self._per_host() * self.sc.merge.checkpoint_bytes_per_param * 8 / 1e9
-        jobs = []
-        for k, hr in enumerate(self.res.hosts):
-            holds = [_hold(c, w.host_ckpt, "ckpt") for c in hr.cpu_paths()] if w.host_ckpt > 0 else []
-            path = [net.serialize[k]] + self._path(hr.name, "store")
-            j = net.fabric.start(path, gbits, 1.0, INF, ("merge", "ckpt"))
-            j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
-            jobs.append(j)
-        return jobs
+        ser = net.serialize[k]
+        weight = w.host_ckpt * self.sc.merge.serialize_threads  # each thread presses like the measured one
+        holds = [_hold(c, weight, "ckpt") for c in hr.cpu_paths()] if weight > 0 else []
+        s = net.fabric.start([ser], gbits, 1.0, INF, ("merge", "serialize"))
+        t0 = self.env.now
+        s.done.callbacks.append(lambda _e: self._host_done(holds, "ckpt", k, t0))
+        write = net.fabric.start(self._path(hr.name, "store"), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
+        return [s, write]
+
+    def _host_done(self, holds: list[Job], kind: str, host: int, t0: float) -> None:
+        """Merge CPU work on a host ended: its holds go, and `host_work` records how long it pressed."""
+        Fabric.release(holds)
+        self.host_work.append((kind, host, t0, self.env.now))
 
     def _path(self, src: str, dst: str) -> list[Link]:
         """The links a flow from `src` to `dst` crosses: the fewest-hop route's edges, then the

@@ -57,7 +57,8 @@ class Network:
             for n, d in self.graph.nodes(data=True)
             if d.get("kind") == "switch"
         }
-        ser = INF if "storage" in sc.fleet.unlimited else sc.merge.serialize_gbps
+        m = sc.merge  # a host's serialisers: threads x the per-thread rate (sim.merge._ckpt_host)
+        ser = INF if "storage" in sc.fleet.unlimited else m.serialize_gbps * m.serialize_threads
         self.serialize = [net.link(f"{hr.name}/serialize", ser) for hr in hosts]
 
     def edges_of_kind(self, *kinds: str) -> list[Link]:
