@@ -4,14 +4,15 @@ gives the same files as the end of `wadiloco sweep` (figures aside, which are no
 Every file is written atomically (temp file + os.replace).
 
 Names in a sweep (its name and description, regimes, labels, paths, error texts) are the user's, so
-every text is escaped for the format it lands in: HTML-escaped in report.html, and in report.md
+every text is escaped for the format it lands in: in report.html by the template engine (Jinja2,
+autoescape on; experiments/templates/report.html.j2), and in report.md (tables by tabulate)
 kept on one line with Markdown's and HTML's active characters backslash-escaped or entity-encoded,
 so a name can be neither a heading nor a link nor a tag. Figures draw names as plain text (no
 mathtext), so a `$` in a label cannot break a plot."""
 
 from __future__ import annotations
 
-import html
+import functools
 import io
 import math
 import re
@@ -94,13 +95,23 @@ def md_text(s: object, lead: bool = True) -> str:
     return _MD_LEAD.sub(lambda m: m.group(1) + "\\" + m.group(2), text) if lead else text
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    def cell(v: object) -> str:
-        return md_text(v, lead=False)
+def _cells(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """A table's header and rows as text, the same for both formats: a missing value reads n/a."""
 
-    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+    def cell(v: object) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+    return [str(c) for c in df.columns], [[cell(v) for v in row] for row in df.itertuples(index=False)]
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    """A pipe table by tabulate, every cell made inert first (no number parsing: -1.5 and 0.00 stay
+    as written)."""
+    from tabulate import tabulate
+
+    head, rows = _cells(df)
+    esc = [[md_text(v, lead=False) for v in r] for r in rows]
+    return tabulate(esc, headers=[md_text(h, lead=False) for h in head], tablefmt="pipe", disable_numparse=True)
 
 
 def render_md(blocks) -> str:
@@ -139,31 +150,39 @@ def _img_src(path: str, base: Path | None) -> str:
     return "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode("ascii")
 
 
+TEMPLATE = "report.html.j2"  # experiments/templates/, installed as package data
+
+
+@functools.cache
+def _template():
+    """The page template, autoescaping every value (Jinja2's select_autoescape would key on the
+    file name, and .j2 is not in its list: so escaping is switched on outright)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("wadiloco.experiments", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template(TEMPLATE)
+
+
+def _html_block(b, base: Path | None) -> dict[str, Any]:
+    kind = b[0]
+    if kind == "ul":
+        return {"kind": kind, "items": [str(x) for x in b[1]]}
+    if kind == "table":
+        columns, rows = _cells(b[1])
+        return {"kind": kind, "columns": columns, "rows": rows}
+    if kind == "img":
+        return {"kind": kind, "src": _img_src(b[1], base), "alt": str(b[2])}
+    return {"kind": kind, "text": str(b[1])}
+
+
 def render_html(title: str, blocks, base: Path | None = None) -> str:
-    e = html.escape
-    out = [
-        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{e(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-        "table{border-collapse:collapse;font-size:0.85em;margin:1em 0}td,th{border:1px solid #ccc;"
-        "padding:3px 6px;text-align:left}th{background:#f0f0f0}img{max-width:100%}"
-        "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto}</style></head><body>",
-    ]
-    for b in blocks:
-        kind = b[0]
-        if kind in ("h1", "h2", "h3"):
-            out.append(f"<{kind}>{e(b[1])}</{kind}>")
-        elif kind == "p":
-            out.append(f"<p>{e(b[1])}</p>")
-        elif kind == "ul":
-            out.append("<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b[1]) + "</ul>")
-        elif kind == "table":
-            out.append(b[1].to_html(index=False, escape=True, na_rep="n/a", border=0))
-        elif kind == "img":
-            out.append(f"<p><img src='{e(_img_src(b[1], base))}' alt='{e(b[2])}'></p>")
-        elif kind == "pre":
-            out.append(f"<pre>{e(b[1])}</pre>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
+    """The blocks through the Jinja2 template (experiments/templates/report.html.j2)."""
+    return _template().render(title=str(title), blocks=[_html_block(b, base) for b in blocks])
 
 
 # ---- rendering --------------------------------------------------------------------------------
