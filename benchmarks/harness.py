@@ -22,6 +22,7 @@ def run_engine(
     fast_forward: bool = True,
     until: float | None = None,
     step: EngineStep = TODAYS_STEP,
+    kv=None,
 ) -> tuple[Sidecar, simpy.Environment]:
     """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`)."""
     env = simpy.Environment()
@@ -41,6 +42,7 @@ def run_engine(
         fast_forward=fast_forward,
         step=step,
         front=front,
+        kv=kv,
     )
     env.run(until)
     return sc, env

@@ -72,3 +72,28 @@ def check_merges(merges) -> None:
 def check_peak_load(peak: float) -> None:
     if peak > 1.0 + 1e-9:
         raise InvariantError(f"a link was allocated {peak:.6f} x its capacity")
+
+
+def check_kv(sidecar: int, st) -> None:
+    """INV-23, KV conservation (models.kv): the blocks the engine's running requests hold, recounted
+    from its queues (a prefilling request its prompt's blocks, a decoder ceil((ctx - 1)/block) at
+    context ctx), plus the merge buffers' and the free blocks, make the pool; and the decoders by
+    block phase are the counts fast-forward's closed form uses. `st`: models.serving.EngineState."""
+    kv = st.kv
+    if kv is None:
+        return
+    bs, held, cnt = kv.bs, 0, [0] * kv.bs
+    for rid in st.prefilling:
+        held += -(-st.prompt[rid] // bs)
+    for due, rid in st.fin_heap:
+        total = st.prompt[rid] + st.output[rid]
+        held += -(-(total - due + st.diter - 1) // bs)
+        cnt[(due + 1 - total) % bs] += 1
+    free = kv.cap - kv.used
+    if held != kv.used or free < 0 or held + kv.reserved + free != kv.pool:
+        raise InvariantError(
+            f"KV conservation, sidecar {sidecar}: requests hold {held} blocks, the pool counts {kv.used} "
+            f"in use, {kv.reserved} reserved and {free} free of {kv.pool}"
+        )
+    if cnt != kv.cnt or len(kv.running) != len(st.prefilling) + len(st.fin_heap):
+        raise InvariantError(f"KV conservation, sidecar {sidecar}: the decoders' block phases {cnt} != {kv.cnt}")

@@ -32,7 +32,8 @@ class FleetConfig(Strict):
     interisland_gbps: float = Field(25.0, gt=0)
     wan_efficiency: float = Field(0.6, gt=0, le=1)
     # What-if switches: a resource named here has unlimited capacity (no queueing on it).
-    unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage"]] = []
+    # `kv`: the engines' KV-cache pools are unlimited (no blocks, no preemption: engine.kv_blocks).
+    unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage", "kv"]] = []
 
     @property
     def n_hosts(self) -> int:
@@ -82,6 +83,27 @@ class EngineConfig(Strict):
     # d*batch (R^2 0.960 on the H200 rows); attention adds causal prefill attention over the cached
     # context (R^2 0.997, max relative error 9.2%; `wadiloco calibrate` prints both).
     latency: Literal["linear", "attention"] = "linear"
+    # KV-cache blocks (PagedAttention; models.kv, docs/engine.md). A pool of `kv_blocks` blocks, or
+    # one derived from `gpu_memory_gb` x `gpu_memory_utilization` - weights - activations over the
+    # model shape's bytes per token; neither (the default): unlimited, today's engine.
+    kv_blocks: int | None = Field(None, ge=1, le=100_000_000)
+    kv_block_size: int = Field(16, ge=1, le=1024)  # vLLM's default block_size (CacheConfig)
+    kv_watermark: float = Field(0.01, ge=0, lt=1)  # vLLM V0 BlockSpaceManager: free blocks kept at admission
+    gpu_memory_gb: float | None = Field(None, gt=0, le=10_000)  # e.g. 141 (H200, NVIDIA datasheet; 1 GB = 1e9 B)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM's default gpu_memory_utilization
+    # Model shape: Llama-3-8B's config.json (32 layers, 8 KV heads, head_dim 4096/32 = 128), bf16 KV
+    model_layers: int = Field(32, ge=1, le=1024)
+    model_kv_heads: int = Field(8, ge=1, le=1024)
+    model_head_dim: int = Field(128, ge=1, le=4096)
+    kv_dtype_bytes: int = Field(2, ge=1, le=8)
+    weights_gb: float = Field(16.06, ge=0)  # Llama-3-8B: 8.03e9 parameters x 2 bytes (bf16)
+    # vLLM measures activations by a profiling pass at max_num_batched_tokens; no published figure for
+    # this shape, so 0 (an assumption: set it from the engine's startup log).
+    activation_gb: float = Field(0.0, ge=0)
+    # Merge buffers on a same_gpu sidecar's GPU (pseudo-gradients and the outer optimizer's state of the
+    # host's shard: params / hosts_per_island x (pseudo_grad + checkpoint bytes per param)): none, or
+    # held for the whole run (`always`: allocated at start-up and kept, so the pool is smaller for good).
+    merge_memory: Literal["none", "always"] = "none"
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -93,6 +115,8 @@ class EngineConfig(Strict):
             )
         if self.model is not None and self.profile is None:
             raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
+        if self.merge_memory != "none" and self.kv_blocks is None and self.gpu_memory_gb is None:
+            raise ValueError("engine.merge_memory takes KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         return self
 
 
@@ -346,6 +370,18 @@ OPT_IN_FIELDS = (
     "engine.frontend_per_token_s",
     "engine.latency",
     "merge.serialize_threads",
+    "engine.kv_blocks",
+    "engine.kv_block_size",
+    "engine.kv_watermark",
+    "engine.gpu_memory_gb",
+    "engine.gpu_memory_utilization",
+    "engine.model_layers",
+    "engine.model_kv_heads",
+    "engine.model_head_dim",
+    "engine.kv_dtype_bytes",
+    "engine.weights_gb",
+    "engine.activation_gb",
+    "engine.merge_memory",
 )
 
 

@@ -23,6 +23,12 @@ rules independently, as the tests' oracle):
    has its first token and decodes with context prompt + 1 (or finishes, if it wants one output
    token: `first_tokens`); a decoder with all its output tokens finishes.
 
+With a KV-cache pool (models.kv; `kv`, None: unlimited) rule 2 first gives every decoder crossing a
+block boundary its block, preempting the most recently admitted running request while they do not
+fit (recompute: `make_room`, `_preempt`), and admits only while the prompt's blocks fit above the
+watermark (`admit_kv`); a finished request's blocks go back (`release`); fast-forward stops where
+the free blocks run out (`kv_run`). docs/engine.md.
+
 `serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
 until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
 or up to the first boundary at or after an arrival it could admit, timed in closed form
@@ -53,6 +59,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep, compose, reach, rest, run_time, split
+from wadiloco.models.kv import KVPool, blocks
 
 NAN = math.nan
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
@@ -106,6 +113,7 @@ class Counts(NamedTuple):
     decoding: int
     not_arrived: int
     finished: int
+    rejected: int = 0  # too long ever to fit the KV pool (models.kv)
 
 
 def packed(x, code: str, dtype) -> array:
@@ -131,6 +139,8 @@ class EngineState:
         + ("n_dec", "sum_ctx", "diter", "n_finished", "contended", "now", "log")
         # closed loop: the client (None: open loop) and each request's tag (its batch or user)
         + ("client", "tag")
+        # the KV-cache block pool (models.kv; None: unlimited, today's engine)
+        + ("kv", "admit_fn", "slow")
     )
 
     def __init__(
@@ -144,7 +154,11 @@ class EngineState:
         max_num_batched_tokens: int,
         host_s: float,
         step: EngineStep = TODAYS_STEP,
+        kv: KVPool | None = None,
     ):
+        self.kv = kv
+        self.admit_fn = self.admit if kv is None else self.admit_kv  # what `serve` admits with
+        self.slow = kv is not None  # `serve` books steps with _book_slow (a KV pool or a client)
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
         self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
@@ -175,7 +189,7 @@ class EngineState:
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
         """Serve `client`'s requests (models.clients): it submits its first ones now, more as they finish."""
-        self.client, self.tag = client, array("q")
+        self.client, self.tag, self.slow = client, array("q"), True
         if self.n:
             raise ValueError("a closed-loop engine starts with no pre-drawn arrivals")
         client.start(self)
@@ -218,12 +232,14 @@ class EngineState:
         """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
         arrived = bisect_right(self.t_arr, now)
         waiting = len(self.waiting) + arrived - self.next_i
-        return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished)
+        rejected = self.kv.rejected if self.kv is not None else 0
+        return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
     # -- rules 2 and 4 --------------------------------------------------------------------------
-    def admit(self, now: float, n_dec: int) -> tuple[list[tuple[int, int]], int]:
+    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[list[tuple[int, int]], int, int, int]:
         """The prefill chunks (request, tokens) of the iteration starting at `now`, admitting
-        waiting requests as rule 2 allows; and the prefill tokens they add up to."""
+        waiting requests as rule 2 allows; the prefill tokens they add up to; and (n_dec, sum_ctx),
+        which only `admit_kv` changes."""
         prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self.prefilled, self.prompt
         budget0 = self.budget
         budget = budget0 - n_dec
@@ -246,7 +262,7 @@ class EngineState:
             chunks.append((rid, take))
             budget -= take
             room -= 1
-        return chunks, budget0 - n_dec - budget
+        return chunks, budget0 - n_dec - budget, n_dec, sum_ctx
 
     def step_work(self, chunks: list[tuple[int, int]] | None, n_dec: int, g: float) -> tuple[float, float, float]:
         """An iteration's GPU time (`g` plus e per causal attention pair of its chunks, each over the
@@ -272,6 +288,7 @@ class EngineState:
         first tokens, new decoders (and requests wanting one output token, finished). Returns
         the new (n_dec, sum_ctx)."""
         prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self.first_token
+        kv = self.kv
         # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
         # new admissions appended to it), and only the last chunk can fall short of its prompt:
         # the requests whose prefill completes are a prefix of `prefilling`.
@@ -283,35 +300,154 @@ class EngineState:
                 continue
             del prefilled[rid]
             completed += 1
-            first_token[rid] = end
+            if kv is None or rid not in kv.orig:  # (a request recomputed after preemption has its first token)
+                first_token[rid] = end
             out = output[rid]
             if out <= 1:
                 self.finish[rid] = end
                 self.n_finished += 1
+                if kv is not None:
+                    self.release(rid, None)
                 continue
             n_dec += 1
+            if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
+                kv.cnt[(diter - prompt[rid]) % kv.bs] += 1
             sum_ctx += prompt[rid] + 1
             heapq.heappush(self.fin_heap, (diter + out - 1, rid))
         del self.prefilling[:completed]
         return n_dec, sum_ctx
 
+    # -- KV-cache blocks (models.kv; only with a pool) -------------------------------------------
+    def release(self, rid: int, due: int | None) -> None:
+        """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
+        context prompt + output - 1), and a recomputed request has its own lengths again."""
+        kv, prompt, output = self.kv, self.prompt, self.output
+        total = prompt[rid] + output[rid]
+        if due is not None:
+            kv.cnt[(due + 1 - total) % kv.bs] -= 1
+        kv.used -= blocks(total - 1, kv.bs)
+        del kv.running[rid]
+        o = kv.orig.pop(rid, None)
+        if o is not None:
+            prompt[rid], output[rid] = o
 
-def _finish_closed(st: EngineState, chunks, end: float, diter: int, n_dec: int, sum_ctx: int):
-    """Rule 4 (first tokens, completions) for an engine with a client, which hears of every request
-    finished at `end` (also one-token requests finished by `first_tokens`) and may submit new ones
-    (`add`). Returns the new (n_dec, sum_ctx) and the arrays' new length and `finish` (they may grow)."""
+    def make_room(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Before iteration t: the decoders crossing a block boundary take a block each; while they
+        do not fit (or merge buffers took blocks back), preempt the most recently admitted running
+        request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
+        kv = self.kv
+        need = kv.cnt[t % kv.bs] if n_dec else 0
+        while kv.used + need > kv.cap and kv.running:
+            n_dec, sum_ctx, need = self._preempt(next(reversed(kv.running)), t, n_dec, sum_ctx, need)
+        kv.need_now = need
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return n_dec, sum_ctx
+
+    def _preempt(self, rid: int, t: int, n_dec: int, sum_ctx: int, need: int) -> tuple[int, int, int]:
+        """Recompute preemption (vLLM V1): free the request's blocks and put it back at the head of
+        the queue; a decoder with ctx tokens so far comes back as a prompt of ctx tokens (its prefill
+        recomputes them and yields its next token) and wants the rest of its output."""
+        kv, prompt, output = self.kv, self.prompt, self.output
+        del kv.running[rid]
+        kv.preemptions += 1
+        if rid in self.prefilled:
+            del self.prefilled[rid]
+            self.prefilling.remove(rid)
+            kv.used -= blocks(prompt[rid], kv.bs)
+        else:
+            heap = self.fin_heap
+            j = next(j for j, item in enumerate(heap) if item[1] == rid)
+            due = heap[j][0]
+            heap[j] = heap[-1]
+            heap.pop()
+            heapq.heapify(heap)
+            total = prompt[rid] + output[rid]
+            ctx = total - due + t  # its context at iteration t
+            phase = (due + 1 - total) % kv.bs
+            kv.cnt[phase] -= 1
+            need -= phase == t % kv.bs
+            kv.used -= blocks(ctx - 1, kv.bs)
+            n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
+            kv.orig.setdefault(rid, (prompt[rid], output[rid]))
+            prompt[rid], output[rid] = ctx, total - ctx
+        self.waiting.appendleft(rid)
+        return n_dec, sum_ctx, need
+
+    def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[list[tuple[int, int]], int, int, int]:
+        """`admit` with a block pool: first make room for the decoders' blocks (`make_room`), then
+        admit FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`);
+        a request too long ever to fit is rejected."""
+        n_dec, sum_ctx = self.make_room(self.diter, n_dec, sum_ctx)
+        prefilling, waiting, prefilled, prompt, kv = self.prefilling, self.waiting, self.prefilled, self.prompt, self.kv
+        budget0 = self.budget
+        budget = budget0 - n_dec
+        chunks: list[tuple[int, int]] = []
+        for rid in prefilling:
+            if budget <= 0:
+                break
+            take = prompt[rid] - prefilled[rid]
+            take = take if take < budget else budget
+            chunks.append((rid, take))
+            budget -= take
+        admitted, room = self.admitted, self.max_seqs - n_dec - len(prefilling)
+        free = kv.cap - kv.used - kv.need_now - kv.wm
+        while waiting and budget > 0 and room > 0:
+            rid = waiting[0]
+            p = prompt[rid]
+            if kv.too_long(p + self.output[rid], p):
+                waiting.popleft()
+                kv.rejected += 1
+                continue
+            nb = blocks(p, kv.bs)
+            if nb > free:
+                break
+            waiting.popleft()
+            free -= nb
+            kv.used += nb
+            kv.running[rid] = None
+            if admitted[rid] != admitted[rid]:  # NaN: first admission (a recomputed request keeps its own)
+                admitted[rid] = now
+            prefilling.append(rid)
+            prefilled[rid] = 0
+            take = p if p < budget else budget
+            chunks.append((rid, take))
+            budget -= take
+            room -= 1
+        return chunks, budget0 - n_dec - budget, n_dec, sum_ctx
+
+    def kv_run(self, t: int, n_dec: int) -> int:
+        """A pure-decode run's length from iteration t: to the next finish, or to the last
+        iteration whose blocks fit (models.kv.KVPool.safe_iters)."""
+        k = self.fin_heap[0][0] - t
+        if self.kv is not None:
+            safe = self.kv.safe_iters(t, n_dec)
+            return safe if safe < k else k
+        return k
+
+
+def _book_slow(st: EngineState, k: int, chunks, end: float, diter: int, n_dec: int, sum_ctx: int):
+    """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
+    pool (which books the iterations' blocks and takes back a finished request's) or a client (which
+    hears of every request finished at `end`, also one-token requests finished by `first_tokens`,
+    and may submit new ones: `add`). Returns the new (n_dec, sum_ctx) and the arrays' new length and
+    `finish` (a client's may grow)."""
+    kv, client = st.kv, st.client
+    if kv is not None:
+        kv.grow(k, diter - k, n_dec)
     if chunks:
         n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
     fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
-    done = [rid for rid, _ in chunks if finish[rid] == end] if chunks else []
+    done = [rid for rid, _ in chunks if finish[rid] == end] if chunks and client is not None else []
     while fin_heap and fin_heap[0][0] <= diter:
-        rid = heapq.heappop(fin_heap)[1]
+        due, rid = heapq.heappop(fin_heap)
         finish[rid] = end
         st.n_finished += 1
         n_dec -= 1
         sum_ctx -= prompt[rid] + output[rid]
+        if kv is not None:
+            st.release(rid, due)
         done.append(rid)
-    if done:
+    if done and client is not None:
         st.client.finished(st, done, end)
     return n_dec, sum_ctx, st.n, st.finish
 
@@ -330,6 +466,8 @@ def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, 
     """A run cut short at `end`, `done` iterations in: book those (they ran at the old speeds) and
     run the work left of the next one (models.batching.rest; speeds `sp` if the run was slowed) as
     shared work; returns the time it ends."""
+    if st.kv is not None:
+        st.kv.grow(done, st.diter, st.n_dec)
     st.diter += done
     st.sum_ctx += st.n_dec * done
     st.contended += done if slowed else 0
@@ -341,10 +479,10 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
     h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0  # h, f: today's
     waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
-    prompt, output, pop, client = st.prompt, st.output, heapq.heappop, st.client
-    gpu_jobs, host_jobs, wait, Cut = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut
+    prompt, output, pop, kv, admit = st.prompt, st.output, heapq.heappop, st.kv, st.admit_fn
+    gpu_jobs, host_jobs, wait, Cut, slow = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut, st.slow
     now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-    k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; the clock's time; speeds
+    k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; clock; speeds
     while True:
         if k:  # book the step in hand: k iterations ended at `end` (rule 4)
             if log is not None:
@@ -353,8 +491,8 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             sum_ctx += n_dec * k
             if slowed:
                 st.contended += k
-            if client is not None:  # it hears of what finished (and leaves nothing here to pop)
-                n_dec, sum_ctx, n, finish = _finish_closed(st, chunks, end, diter, n_dec, sum_ctx)
+            if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
+                n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, end, diter, n_dec, sum_ctx)
             elif chunks:
                 n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
             while fin_heap and fin_heap[0][0] <= diter:
@@ -377,8 +515,8 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
                 yield wait(span if t_sim == now else delay_to(t_sim, end))
                 t_sim = end
             continue
-        if prefilling or waiting:  # rules 2 and 3
-            chunks, pf = st.admit(now, n_dec)
+        if prefilling or waiting or kv is not None:  # rules 2 and 3 (a KV pool may preempt: admit_kv)
+            chunks, pf, n_dec, sum_ctx = admit(now, n_dec, sum_ctx)
             g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
         else:
             chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
@@ -398,7 +536,7 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
         k, span = 1, (sh if sh > sg else sg)
         if ff and n_dec and not chunks:
-            k = fin_heap[0][0] - diter  # >= 1: finished requests were popped
+            k = fin_heap[0][0] - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
             span = run_time(k, sg, sdg, sh)
             if k > 1 and i < n and n_dec < max_seqs and span > t_arr[i] - now:
                 k, span = reach(t_arr[i] - now, sg, sdg, sh, k)  # stop for an arrival it could admit

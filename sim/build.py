@@ -5,6 +5,7 @@ merge executor, the trainer and the lookahead bound.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -15,6 +16,7 @@ from wadiloco.models.clients import BatchLoop
 from wadiloco.models.config import Resolved
 from wadiloco.models.cotenant import resolve_profile
 from wadiloco.models.interference import InterferenceWeights
+from wadiloco.models.kv import KVPool, bytes_per_token, pool_blocks
 from wadiloco.models.latency import LatencyModel, default_latency
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
 from wadiloco.models.profiles import ModelFit, model_fit
@@ -53,6 +55,46 @@ def engine_step(sc: Scenario) -> EngineStep:
         front_per_request_s=e.frontend_per_request_s,
         front_per_token_s=e.frontend_per_token_s,
     )
+
+
+def engine_kv(sc: Scenario, s: int) -> KVPool | None:
+    """Sidecar s's KV-cache pool (models.kv), or None: unlimited (no pool given, or fleet.unlimited
+    names kv). Under same_gpu with merge_memory `always`, the sidecar that runs its host's outer
+    step (the host's first GPU, as sim.merge does) keeps the merge buffers out of its pool."""
+    e = sc.engine
+    if (e.kv_blocks is None and e.gpu_memory_gb is None) or "kv" in sc.fleet.unlimited:
+        return None
+    block_bytes = bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
+    block_bytes *= e.kv_block_size
+    if e.kv_blocks is not None:
+        pool = e.kv_blocks
+    else:
+        gb = 1e9
+        pool = pool_blocks(
+            e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
+        )
+    reserved = 0
+    if e.merge_memory == "always" and sc.fleet.colocation == "same_gpu" and s % sc.fleet.sidecars_per_host == 0:
+        m = sc.merge
+        shard = sc.training.params / sc.fleet.hosts_per_island
+        reserved = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
+    return KVPool(pool, e.kv_block_size, e.kv_watermark, reserved)
+
+
+def kv_summary(sidecars: list[Sidecar]) -> dict:
+    """The run's KV-cache figures (none without pools): preemptions and requests rejected as too long
+    (summed), the peak usage (the fullest pool after an iteration's allocations) and the mean usage
+    (blocks in use over blocks available, summed over every engine's iterations)."""
+    pools = [s.core.kv for s in sidecars if s.core.kv is not None]
+    if not pools:
+        return {}
+    cap = sum(p.sum_cap for p in pools)
+    return {
+        "preemptions": sum(p.preemptions for p in pools),
+        "rejected_too_long": sum(p.rejected for p in pools),
+        "kv_usage_peak": max(p.peak for p in pools),
+        "kv_usage_mean": sum(p.sum_used for p in pools) / cap if cap else 0.0,
+    }
 
 
 def profile_model(sc: Scenario) -> ModelFit | None:
@@ -159,6 +201,7 @@ def make_sidecars(
             step=step,
             front=hosts[s // per_host].fronts[s % per_host] if step.frontend else None,
             client=clients[s] if clients is not None else None,
+            kv=engine_kv(sc, s),
         )
         for s in range(sc.fleet.n_sidecars)
     ]

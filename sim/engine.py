@@ -27,6 +27,7 @@ import math
 import simpy
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep
+from wadiloco.models.kv import KVPool
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.serving import EngineState, delay_to, serve
 from wadiloco.sim.fabric import Fabric, Link
@@ -73,6 +74,7 @@ class Sidecar:
         step: EngineStep = TODAYS_STEP,
         front: Link | None = None,
         client=None,
+        kv: KVPool | None = None,
     ):
         self.env = env
         self.idx = idx
@@ -85,6 +87,7 @@ class Sidecar:
             max_num_batched_tokens=max_num_batched_tokens,
             host_s=host_s,
             step=step,
+            kv=kv,
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")

@@ -30,6 +30,7 @@ from wadiloco.sim.build import (
     client_column,
     engine_host_s,
     engine_latency,
+    kv_summary,
     make_arrivals,
     make_clients,
     make_policy,
@@ -218,6 +219,7 @@ class Fleet:
                 "peak_link_load": self.res.peak_load(),
             }
         )
+        summary.update(kv_summary(self.sidecars))  # only with KV pools (engine.kv_blocks): their keys
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
         if self.cotenant is not None:  # only then: the default summary keeps its keys
@@ -240,6 +242,7 @@ class Fleet:
         done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
         for i, s in enumerate(self.sidecars):
             inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
+            inv.check_kv(i, s.core)
         if self.clients is not None:
             check_clients(req, self.clients)
         inv.check_merges(merges)

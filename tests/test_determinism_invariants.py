@@ -151,10 +151,10 @@ def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
     admit = serving.EngineState.admit
     dropped = []
 
-    def lossy(self, now, n_dec):
+    def lossy(self, now, n_dec, sum_ctx):
         if not dropped and len(self.waiting) > 1:
             dropped.append(self.waiting.pop())  # gone from every queue, never booked
-        return admit(self, now, n_dec)
+        return admit(self, now, n_dec, sum_ctx)
 
     monkeypatch.setattr(serving.EngineState, "admit", lossy)
     with pytest.raises(inv.InvariantError, match="request conservation, sidecar"):

@@ -226,6 +226,7 @@ SEQUENTIAL = {
     "engine.frontend_per_token_s": 3.0e-5,
 }
 OVERLAPPED_FRONTEND = {"engine.frontend_per_request_s": 5.0e-4, "engine.frontend_per_token_s": 1.2e-4}
+KV = {"engine.kv_blocks": 5000, "engine.merge_memory": "always", "fleet.colocation": "same_gpu"}
 MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
@@ -249,6 +250,9 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
         {"engine.latency": "attention", "engine.max_num_seqs": 16, "engine.max_num_batched_tokens": 512},
         id="bursty-attention-small-batches",
     ),
+    # KV-cache blocks that run short (preemption, recompute, admission waiting for blocks), merge
+    # buffers shrinking the same_gpu pool: runs stop where the blocks do (models.kv)
+    pytest.param("bursty", KV, id="bursty-kv-preempting"),
 ]
 
 
@@ -268,6 +272,8 @@ def test_fast_forward_is_exact(name, extra):
     assert ff.summary["merges"] >= 3, "the window should hold several merges"
     assert it.summary["contended_iterations"] > 0, "serving never met merge work: test is vacuous"
     assert ff.summary["requests"] == it.summary["requests"] > 100
+    if "engine.kv_blocks" in extra:
+        assert ff.summary["preemptions"] > 0, "the pool never ran short: test is vacuous"
     assert_same_times(ff.requests, it.requests, f"{name} {extra}: fast-forward vs per-iteration")
     assert len(ff.merges) == len(it.merges)
     for a, b in zip(ff.merges, it.merges):

@@ -181,7 +181,7 @@ def test_counts_sum_to_the_requests_at_every_step():
             checked.append(c)
 
     drive(st, ff=True, each=each)
-    assert st.counts(math.inf) == (0, 0, 0, 0, n)
+    assert st.counts(math.inf) == (0, 0, 0, 0, n, 0)
     assert any(c.waiting for c in checked) and any(c.decoding > 1 for c in checked)
 
 

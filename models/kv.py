@@ -1,0 +1,128 @@
+"""KV-cache blocks (PagedAttention, as vLLM pages them), SimPy-free: the pool's size and its accounting.
+
+A request's KV cache lives in fixed blocks of `block_size` tokens. Admission allocates the blocks
+of the whole prompt (vLLM V0's rule: `can_allocate`, keeping a watermark of free blocks); a
+decoder whose context crosses a block boundary needs one more block at the iteration that writes
+that token. Which decoders cross at an iteration depends only on the iteration's number modulo
+the block size (each decoder's context grows by one token per iteration): a decoder with context
+`ctx` at iteration t crosses whenever (ctx - 1) is a multiple of the block size, so its *phase*
+(t - ctx + 1) mod block_size is fixed for its life. `cnt[p]` counts decoders by phase, and the
+blocks a run of m pure-decode iterations from iteration t0 needs is a closed form in `cnt`
+(`need`): ⌊m/bs⌋·B for whole cycles plus the partial cycle's sum. Fast-forward asks `safe_iters`
+how many iterations fit in the free blocks (models/serving.py), so runs stay exact and whole.
+
+Blocks in use + free = pool at every instant (INV-23, models.invariants.check_kv): `used` is
+kept incrementally here and recounted from the engine's requests by the check.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """K and V of one token over every layer (vLLM's `get_kv_cache_spec`: 2 x layers x heads x dim x dtype)."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def pool_blocks(
+    gpu_bytes: float, utilization: float, weights_bytes: float, activation_bytes: float, block_bytes: int
+) -> int:
+    """Blocks vLLM's memory profiler leaves for the KV cache: gpu x utilisation - weights - activations."""
+    free = gpu_bytes * utilization - weights_bytes - activation_bytes
+    if free < block_bytes:
+        raise ValueError(
+            f"no room for a KV block: {gpu_bytes:.4g} B x {utilization} - weights {weights_bytes:.4g} B "
+            f"- activations {activation_bytes:.4g} B leaves {free:.4g} B (a block is {block_bytes} B)"
+        )
+    return int(free // block_bytes)
+
+
+def blocks(tokens: int, bs: int) -> int:
+    return -(-tokens // bs)
+
+
+class KVPool:
+    """One engine's block pool. `cap` = pool - reserved (merge buffers holding GPU memory); `used`
+    counts the blocks held by running requests; the rest is free. Statistics: `preemptions`,
+    `rejected` (too long ever to fit), `peak` (largest used/cap after an iteration's allocations)
+    and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage)."""
+
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig") + (
+        "preemptions",
+        "rejected",
+        "peak",
+        "sum_used",
+        "sum_cap",
+        "need_now",
+    )
+
+    def __init__(self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0):
+        if pool < 1 or block_size < 1:
+            raise ValueError(f"a KV pool needs at least one block of at least one token (got {pool}, {block_size})")
+        self.bs, self.pool, self.reserved = block_size, pool, reserved
+        self.cap = pool - reserved
+        if self.cap < 1:
+            raise ValueError(f"merge buffers ({reserved} blocks) leave no KV block of the pool's {pool}")
+        self.wm = math.floor(watermark * pool)  # vLLM V0: watermark_blocks = watermark x num_gpu_blocks
+        self.cnt = [0] * block_size  # decoders by phase
+        self.used = 0
+        self.running: dict[int, None] = {}  # running requests in (re)admission order (preemption picks the last)
+        self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
+        self.preemptions = self.rejected = 0
+        self.peak = 0.0
+        self.sum_used = self.sum_cap = 0
+        self.need_now = 0  # blocks the decoders take at the iteration about to start
+
+    def too_long(self, total: int, prompt: int) -> bool:
+        """A request that could never run: its last iteration's context, or its prompt and the
+        watermark, exceeds the smallest the pool gets."""
+        bs, cap = self.bs, self.cap
+        return blocks(total - 1, bs) > cap or blocks(prompt, bs) + self.wm > cap
+
+    def _partial(self, p0: int, j: int) -> int:
+        cnt, bs = self.cnt, self.bs
+        return sum(cnt[(p0 + x) % bs] for x in range(j))
+
+    def need(self, m: int, t0: int, n_dec: int) -> int:
+        """Blocks the decoders take over the m iterations from iteration t0 (membership fixed)."""
+        q, r = divmod(m, self.bs)
+        return q * n_dec + (self._partial(t0 % self.bs, r) if r else 0)
+
+    def safe_iters(self, t0: int, n_dec: int) -> int:
+        """The most iterations from t0 whose blocks fit in the free ones (the first always does:
+        the engine made room for it)."""
+        free, bs, cnt = self.cap - self.used, self.bs, self.cnt
+        q, r = divmod(free, n_dec)
+        p0, j, s = t0 % bs, 0, 0
+        while j < bs:
+            s += cnt[(p0 + j) % bs]
+            if s > r:
+                break
+            j += 1
+        return q * bs + j
+
+    def grow(self, k: int, t0: int, n_dec: int) -> None:
+        """Book the blocks of k iterations from t0 (they fit: `safe_iters`) and their usage: the
+        iteration-weighted sum of used blocks, each iteration counting its own allocations."""
+        used = self.used
+        if n_dec:
+            bs, cnt, p0 = self.bs, self.cnt, t0 % self.bs
+            pref, s, total = [0] * bs, 0, 0  # pref[x]: blocks the first x iterations of a cycle take
+            for x in range(bs):
+                pref[x] = s
+                s += cnt[(p0 + x) % bs]
+            for x in range(bs):  # iterations m = c*bs + x in [1, k] take c*n_dec + pref[x] in all
+                top = (k - x) // bs if k >= x else -1  # the largest c
+                count = top + 1 if x else top
+                if count > 0:
+                    total += n_dec * (top * (top + 1) // 2) + count * pref[x]
+            q, r = divmod(k, bs)
+            self.sum_used += k * used + total
+            self.used = used = used + q * n_dec + pref[r]
+        else:
+            self.sum_used += k * used
+        self.sum_cap += k * self.cap
+        u = used / self.cap
+        if u > self.peak:
+            self.peak = u
