@@ -159,6 +159,28 @@ class MergeConfig(Strict):
     serialize_threads: int = Field(1, ge=1, le=256, description="threads serialising a host's shard")
     pcie_gbps: float = Field(440.0, gt=0, description="per-host GPU<->pinned host staging")
     outer_elements_per_s: float = Field(4.0e10, gt=0, description="fp32 Nesterov update rate, one GPU")
+    # ---- mitigations a training team can switch on (issue 15 item 4; sim.checkpoint, sim.merge) ----
+    # Each default keeps today's merge. async = PyTorch DCP's async_save: the merge blocks only while
+    # the shard is staged to pinned host memory over PCIe, then serialisation and the write run in
+    # the background while training resumes (their CPU pressure with them). DCP's published numbers:
+    # 7B checkpoint downtime 148.8 s sync -> 6.3 s async (PyTorch blog 2024); Llama-3-70B on 1,856
+    # H200s, blocking staging 0.78 s (PyTorch blog 2025). Here the staging time follows from pcie_gbps.
+    checkpoint_mode: Literal["sync", "async"] = "sync"
+    # At most this many hosts serialise and write their shard at once (the rest queue); null: all.
+    checkpoint_stagger: int | None = Field(None, ge=1, le=65536)
+    # Streaming DiLoCo (Douillard et al. 2025, arXiv 2501.18512): the model in `fragments` parts,
+    # fragment p synchronised p x fragment_offset_steps inner steps after its round starts (null:
+    # h_min // fragments, the paper's H/P staggering), each overlapping the inner steps that follow.
+    fragments: int = Field(1, ge=1, le=256)
+    fragment_offset_steps: int | None = Field(None, ge=0, le=1_000_000)
+    # Compressed pseudo-gradients: int8 (INTELLECT-1, arXiv 2412.01152) or 4-bit (Streaming DiLoCo)
+    # all-reduce payloads, for a quantise and a dequantise pass over the shard on the outer step's
+    # GPU (at compress_gpu_elements_per_s, assumed as fast as the fp32 outer step) or the host CPU
+    # (compress_host_elements_per_s: an assumption, ~1 GB/s of fp32 per core).
+    compression: Literal["none", "int8", "int4"] = "none"
+    compression_on: Literal["gpu", "host"] = "gpu"
+    compress_gpu_elements_per_s: float = Field(4.0e10, gt=0)
+    compress_host_elements_per_s: float = Field(2.5e8, gt=0)
 
     @model_validator(mode="after")
     def _corridor(self):
@@ -382,6 +404,14 @@ OPT_IN_FIELDS = (
     "engine.weights_gb",
     "engine.activation_gb",
     "engine.merge_memory",
+    "merge.checkpoint_mode",
+    "merge.checkpoint_stagger",
+    "merge.fragments",
+    "merge.fragment_offset_steps",
+    "merge.compression",
+    "merge.compression_on",
+    "merge.compress_gpu_elements_per_s",
+    "merge.compress_host_elements_per_s",
 )
 
 

@@ -113,6 +113,7 @@ class Fleet:
             bound_changed=bound.changed,
             merged=merged or self.progress.record_merge,
             phases=sc.merge.phases,
+            stream_round=self._stream_round if sc.merge.fragments > 1 else None,
         )
         self.monitor = Monitor(
             env,
@@ -134,6 +135,10 @@ class Fleet:
         self.trainer.start()
         if self.cotenant is not None:
             self.cotenant.start()
+
+    def _stream_round(self, rec: MergeRecord):
+        """A Streaming DiLoCo round (merge.fragments > 1): the fragments' phases, no barrier."""
+        return self.merge.stream_round(rec, self.sc.merge.phases, self.sc.training.step_time_s)
 
     def _merged(self, steps: int) -> None:
         """A merge was banked: the progress model records it, a `merges` co-tenant opens a window."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from wadiloco.models.interference import InterferenceWeights, default_weights
 from wadiloco.models.scenario import Scenario
+from wadiloco.sim.checkpoint import Checkpointer, hold
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import ring_allreduce_flows, route
@@ -26,14 +27,17 @@ def resolve_weights(sc: Scenario) -> InterferenceWeights:
     )
 
 
-def _hold(link: Link, weight: float, name: str) -> Job:
-    """Merge work that presses on `link` for as long as its phase's transfer lasts."""
-    return link.fabric.start([link], INF, weight, 1.0, ("hold", name))
+_hold = hold  # merge work that presses on a link until its phase's transfer ends
+# Bytes per parameter of a compressed pseudo-gradient (merge.compression): int8 as INTELLECT-1's
+# all-reduce (arXiv 2412.01152), 4 bits as Streaming DiLoCo's outer updates (arXiv 2501.18512);
+# per-block scales (2 bytes per 128+ values) are left out.
+COMPRESSED_BYTES = {"int8": 1.0, "int4": 0.5}
 
 
 class MergeExecutor:
     """Runs merge phases on the fleet's resources. `active` is true from the start of a phase to
-    the end of the last one; `bound_changed` tells the lookahead bound when that flips."""
+    the end of the last one; `bound_changed` tells the lookahead bound when that flips. A phase
+    moves `frac` of the model (1, or one Streaming DiLoCo fragment's share)."""
 
     def __init__(self, env, sc: Scenario, w: InterferenceWeights, res: Resources, bound_changed):
         self.env = env
@@ -42,35 +46,40 @@ class MergeExecutor:
         self.res = res
         self.bound_changed = bound_changed
         self.active = False
-        self.host_work: list[tuple[str, int, float, float]] = []  # (kind, host, start, end) of merge CPU work
+        self.ckpt = Checkpointer(env, sc, w, res, self._path, bound_changed)
+        self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
         self._last = sc.merge.phases[-1] if sc.merge.phases else None
-        self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
+        self._running = 0  # phases running now (fragments of a streaming round overlap)
+        self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self.ckpt.phase}
 
     def next_work_at(self) -> float:
-        """A lookahead source: -inf while a phase runs (merge work is on the engines' links now),
-        else +inf (a merge only starts after a decision, which the trainer bounds)."""
-        return -INF if self.active else INF
+        """A lookahead source: -inf while a phase or a background save runs (merge work is on the
+        engines' links now), else +inf (a merge only starts after a decision, which the trainer
+        bounds; a streaming round's next fragment start is bounded by `stream_round`)."""
+        return -INF if self.active or self.ckpt.busy or self._running else self._next_fragment
 
-    def run_phase(self, phase: str):
+    _next_fragment = INF  # when a streaming round's next fragment starts (stream_round)
+
+    def run_phase(self, phase: str, frac: float = 1.0):
         """A SimPy generator: start the phase's jobs and wait until they are all done."""
         start = self._jobs.get(phase)
         if start is None:
             raise ValueError(phase)
         self.active = True
         self.bound_changed()  # no bound while merge work is on the links
-        pending = [j.done for j in start() if not j.done.triggered]
+        pending = [e for e in map(_event, start(frac)) if not e.triggered]
         if pending:
             yield self.env.all_of(pending)
         self.active = phase != self._last
         self.bound_changed()
 
-    def _per_host(self) -> float:
-        """Parameters each host of an island holds a shard of."""
-        return self.sc.training.params / self.sc.fleet.hosts_per_island
+    def _per_host(self, frac: float = 1.0) -> float:
+        """Parameters each host of an island holds a shard of (of the fragment being merged)."""
+        return self.sc.training.params / self.sc.fleet.hosts_per_island * frac
 
-    def _stage(self) -> list[Job]:
+    def _stage(self, frac: float = 1.0) -> list[Job]:
         sc, w = self.sc, self.w
-        gbits = self._per_host() * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
+        gbits = self._per_host(frac) * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
         jobs = []
         for hr in self.res.hosts:
             holds = [_hold(c, w.host_stage, "stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []
@@ -81,46 +90,95 @@ class MergeExecutor:
             jobs.append(j)
         return jobs
 
-    def _allreduce(self) -> list[Job]:
-        gb = self._per_host() * self.sc.merge.pseudo_grad_bytes_per_param
+    def _allreduce(self, frac: float = 1.0) -> list:
+        m = self.sc.merge
+        if m.compression != "none":
+            return [self.env.process(self._compressed_allreduce(frac))]
+        return self._ring(self._per_host(frac) * m.pseudo_grad_bytes_per_param)
+
+    def _ring(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
         return [
             net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
-            for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, gb)
+            for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, shard_bytes)
         ]
 
-    def _outer(self) -> list[Job]:
-        work = self._per_host() / self.sc.merge.outer_elements_per_s
+    def _compressed_allreduce(self, frac: float):
+        """Quantise the shard, all-reduce the smaller payload, dequantise the result: two elementwise
+        passes over the shard, on the GPU the outer step runs on or on the host CPU
+        (`compression_on`)."""
+        m = self.sc.merge
+        for step in ("quantise", "allreduce", "dequantise"):
+            if step == "allreduce":
+                jobs = self._ring(self._per_host(frac) * COMPRESSED_BYTES[m.compression])
+            else:
+                jobs = self._codec(self._per_host(frac), step)
+            pending = [e for e in map(_event, jobs) if not e.triggered]
+            if pending:
+                yield self.env.all_of(pending)
+
+    def _codec(self, elements: float, step: str) -> list:
+        """One elementwise pass over each host's shard: a GPU job of the outer step's weight (a
+        memory-bound kernel like it), or CPU work that presses on the host's CPU paths for
+        `elements / compress_host_elements_per_s` seconds."""
+        m, w, jobs = self.sc.merge, self.w, []
+        for k, hr in enumerate(self.res.hosts):
+            if m.compression_on == "gpu":
+                gpu = self._outer_gpu(hr)
+                work = elements / m.compress_gpu_elements_per_s
+                jobs.append(gpu.fabric.start([gpu], work, w.gpu_outer, 1.0, ("merge", step)))
+            else:
+                jobs.append(self.env.process(self._host_codec(k, elements / m.compress_host_elements_per_s)))
+        return jobs
+
+    def _host_codec(self, k: int, seconds: float):
+        hr, t0 = self.res.hosts[k], self.env.now
+        holds = [_hold(c, self.w.host_ckpt, "codec") for c in hr.cpu_paths()] if self.w.host_ckpt > 0 else []
+        yield self.env.timeout(seconds)
+        Fabric.release(holds)
+        self.host_work.append(("codec", k, t0, self.env.now))
+
+    def _outer_gpu(self, hr) -> Link:
+        return hr.gpus[0] if self.sc.fleet.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
+
+    def _outer(self, frac: float = 1.0) -> list[Job]:
+        work = self._per_host(frac) / self.sc.merge.outer_elements_per_s
         jobs = []
         for hr in self.res.hosts:
-            gpu = hr.gpus[0] if self.sc.fleet.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
+            gpu = self._outer_gpu(hr)
             jobs.append(gpu.fabric.start([gpu], work, self.w.gpu_outer, 1.0, ("merge", "outer")))
         return jobs
 
-    def _ckpt(self) -> list[Job]:
-        return [j for k in range(len(self.res.hosts)) for j in self._ckpt_host(k)]
-
-    def _ckpt_host(self, k: int) -> list[Job]:
-        """Host k's checkpoint shard: serialisation, CPU work of `bytes / (rate x threads)` seconds on
-        the host's serialisers that presses on its CPU paths while (and only while) it runs, and the
-        write, an I/O transfer to the store fed by the serialisers (never faster than they make
-        bytes; after they are done, from the buffer they filled). A slow WAN or store lengthens the
-        write, not the CPU pressure: a thread waiting on I/O is idle."""
-        w, net, hr = self.w, self.res.net, self.res.hosts[k]
-        gbits = self._per_host() * self.sc.merge.checkpoint_bytes_per_param * 8 / 1e9
-        ser = net.serialize[k]
-        weight = w.host_ckpt * self.sc.merge.serialize_threads  # each thread presses like the measured one
-        holds = [_hold(c, weight, "ckpt") for c in hr.cpu_paths()] if weight > 0 else []
-        s = net.fabric.start([ser], gbits, 1.0, INF, ("merge", "serialize"))
+    # -- Streaming DiLoCo ---------------------------------------------------------------------
+    def stream_round(self, rec, phases, step_time_s: float):
+        """A SimPy generator: one outer round of Streaming DiLoCo (Douillard et al. 2025). The model
+        is in P fragments; fragment p runs the merge phases on its 1/P share of the model starting
+        p x offset inner steps (at the mean step time) after the round starts, while the islands
+        keep stepping: its synchronisation overlaps inner steps, there is no barrier. The round's
+        phase times in `rec.phases` are fragment 0's."""
+        m = self.sc.merge
+        p_n = m.fragments
+        offset = m.fragment_offset_steps if m.fragment_offset_steps is not None else m.h_min // p_n
         t0 = self.env.now
-        s.done.callbacks.append(lambda _e: self._host_done(holds, "ckpt", k, t0))
-        write = net.fabric.start(self._path(hr.name, "store"), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
-        return [s, write]
+        self._starts = [t0 + p * offset * step_time_s for p in range(p_n)]  # none has started yet
+        self._next_fragment = t0
+        self.bound_changed()
+        frags = [self.env.process(self._fragment(p, t0 + p * offset * step_time_s, rec, phases)) for p in range(p_n)]
+        yield self.env.all_of(frags)
 
-    def _host_done(self, holds: list[Job], kind: str, host: int, t0: float) -> None:
-        """Merge CPU work on a host ended: its holds go, and `host_work` records how long it pressed."""
-        Fabric.release(holds)
-        self.host_work.append((kind, host, t0, self.env.now))
+    def _fragment(self, p: int, at: float, rec, phases):
+        if at > self.env.now:
+            yield self.env.timeout(at - self.env.now)
+        self._starts.remove(at)
+        self._next_fragment = min(self._starts, default=INF)
+        self._running += 1
+        for phase in phases:
+            t0 = self.env.now
+            yield from self.run_phase(phase, 1.0 / self.sc.merge.fragments)
+            if p == 0:
+                rec.phases[phase] = (t0, self.env.now)
+        self._running -= 1
+        self.bound_changed()
 
     def _path(self, src: str, dst: str) -> list[Link]:
         """The links a flow from `src` to `dst` crosses: the fewest-hop route's edges, then the
@@ -131,3 +189,8 @@ class MergeExecutor:
         nodes = [edges[0][0]] + [v for _, v in edges] if edges else []
         links += [net.backplanes[n] for n in nodes if n in net.backplanes]
         return links
+
+
+def _event(x):
+    """What a phase waits for: a job's completion, or an event (a SimPy process)."""
+    return x.done if isinstance(x, Job) else x

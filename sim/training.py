@@ -67,9 +67,14 @@ class Trainer:
         bound_changed: Callable[[], None],
         merged: Callable[[int], None],
         phases: Sequence[str] = PHASES,
+        stream_round: Callable[[MergeRecord], Generator] | None = None,
     ):
         self.env = env
         self.phases = tuple(phases)
+        # Streaming DiLoCo (sim.merge.MergeExecutor.stream_round): a merge is a round of fragment
+        # syncs that overlap inner steps; no barrier, and the policy is not asked while one runs.
+        self.stream = stream_round
+        self._streaming = False
         self.decide = decide
         self.run_phase = run_phase
         self.bound_changed = bound_changed
@@ -121,6 +126,8 @@ class Trainer:
         stepping (the next decision is then not known)."""
         if self.merge_at >= 0:
             return -INF
+        if self._streaming:
+            return INF  # not asked until the round ends (which calls bound_changed)
         best = INF
         for i in range(self.n_islands):
             t = self._ends[i]
@@ -154,12 +161,18 @@ class Trainer:
                 self.bound_changed()
                 return  # past the horizon with no merge pending at or ahead of this step
             self.island_step[i] = k
-            if k > self.decided:
+            if k > self.decided and self._streaming:
+                self.decided = k  # a streaming round runs: this step is not put to the policy
+            elif k > self.decided:
                 self.decided = k
                 merge = bool(self.decide(k))
                 self.decisions += 1
                 self.decision_log.append((k, env.now, merge))
-                if merge:
+                if merge and self.stream is not None:
+                    self.merges.append(MergeRecord(len(self.merges), k, env.now))
+                    self._streaming = True
+                    env.process(self._stream_round(self.merges[-1]))
+                elif merge:
                     self.merge_at = k
                     self.bound_changed()
                     self._arrived = 0
@@ -185,6 +198,15 @@ class Trainer:
         self.merged(rec.step - self.last_merge_step)
         self.last_merge_step = rec.step
         self.merge_at = -1
+        self.bound_changed()
+
+    def _stream_round(self, rec: MergeRecord):
+        rec.start = self.env.now
+        yield from self.stream(rec)
+        rec.end = self.env.now
+        self.merged(rec.step - self.last_merge_step)
+        self.last_merge_step = rec.step
+        self._streaming = False
         self.bound_changed()
 
 
