@@ -323,15 +323,16 @@ def tradeoff(summary: pd.DataFrame, regimes: list[str], path: Path) -> None:
                 if n not in handles:
                     handles[n] = h
                     names.append(n)
-        fig.legend(
-            [handles[n] for n in names],
-            names,
-            loc="lower center",
-            ncol=min(len(names), 5),
-            fontsize=8,
-            frameon=False,
-            bbox_to_anchor=(0.5, -0.02),
-        )
+        if names:  # a sweep whose runs all failed has no point to name
+            fig.legend(
+                [handles[n] for n in names],
+                names,
+                loc="lower center",
+                ncol=min(len(names), 5),
+                fontsize=8,
+                frameon=False,
+                bbox_to_anchor=(0.5, -0.02),
+            )
         fig.tight_layout(rect=(0, 0.06 + 0.02 * math.ceil(len(names) / 5), 1, 0.96))
         fig.suptitle("Serving cost of merges vs training progress, per policy (mean, CI)")
         _save(fig, path, rect=None)
