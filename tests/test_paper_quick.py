@@ -76,13 +76,14 @@ def test_paper_and_quick_differ_only_in_seeds_and_draws():
 # ---- paper_quick.yaml, end to end ------------------------------------------------------------
 
 
-def _shrunk_sweep(tmp_path: Path, derive_scenario, seeds: int, horizon_s: float, draws: int) -> Path:
-    """experiments/paper_quick.yaml with only its size changed (seeds, horizon, matched-random R),
-    written to tmp. Its regimes are copies of the shipped scenarios with trace paths made absolute
+def _shrunk_sweep(tmp_path: Path, derive_scenario, seeds: int, horizon_s: float, draws: int, resamples: int) -> Path:
+    """experiments/paper_quick.yaml with only its size changed (seeds, horizon, matched-random R,
+    bootstrap resamples), written to tmp. Its regimes are copies of the shipped scenarios with trace paths made absolute
     (conftest.derive_scenario), so it also runs from a worktree beside $WADILOCO_SHARED."""
     doc = yaml.safe_load((EXP / "paper_quick.yaml").read_text())
     doc["regimes"] = [str(derive_scenario(EXP / r, tmp_path / "scenarios")) for r in doc["regimes"]]
     doc.update(seeds=seeds, horizon_s=horizon_s)
+    doc["bootstrap"]["n_resamples"] = resamples
     for p in doc["policies"]:
         if "draws" in p:
             p["draws"] = draws
@@ -91,17 +92,19 @@ def _shrunk_sweep(tmp_path: Path, derive_scenario, seeds: int, horizon_s: float,
     return path
 
 
-def _run_and_check(sweep: Path, out: Path, seeds: int, draws: int, capsys) -> None:
+def _run_and_check(sweep: Path, out: Path, seeds: int, draws: int, capsys, figures: bool = True) -> None:
     """Run `sweep` through the CLI on 2 workers; check the structure of its output and the content
     that holds at any size: every run ok, loads matched, the no-sync baseline's sync-excess exactly
     0, matched controls spend their reference's budget seed by seed, sync-excess recomputed from the
     raw violation rates, a verdict for every (regime, arm), the paper table renders."""
-    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "2", "--no-progress"]) == 0
+    argv = ["sweep", str(sweep), "--out", str(out), "--workers", "2", "--no-progress"]
+    assert main(argv + ([] if figures else ["--no-figures"])) == 0
     plan = load_sweep(sweep)
     for f in ["runs.csv", "summary.csv", "comparisons.csv", "report.md", "report.html", "runs.sqlite"]:
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
-    pngs = list((out / "figures").glob("*.png"))
-    assert pngs and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    if figures:
+        pngs = list((out / "figures").glob("*.png"))
+        assert pngs and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == len(plan.tasks()) == _expected_runs(plan) == seeds * (5 * (7 + 2 * draws) + (6 + 2 * draws))
@@ -109,6 +112,7 @@ def _run_and_check(sweep: Path, out: Path, seeds: int, draws: int, capsys) -> No
     assert not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
     assert (runs.groupby(["regime", "seed"])["arrivals_hash"].nunique() == 1).all()
     assert (runs.loc[runs["policy"] == "no_sync", "merges"] == 0).all()
+    assert (runs.loc[runs["policy"] == "wa_diloco", "merges"] > 0).mean() >= 0.5  # the size still lets merges happen
     _check_matched_budgets(runs)
 
     summ = pd.read_csv(out / "summary.csv")
@@ -174,12 +178,13 @@ def _check_sync_excess(runs: pd.DataFrame, summ: pd.DataFrame) -> None:
 
 
 def test_paper_quick_end_to_end(tmp_path, shared_dir, derive_scenario, capsys):
-    """experiments/paper_quick.yaml at a reduced size (2 seeds, 300 s windows, R=2: 130 runs), through
-    the CLI on 2 workers: every regime, policy and analysis step of the shipped file, checked for
-    content that holds at any size. One test (not a module fixture shared by several), so
-    pytest-xdist runs the sweep once. The shipped size runs under `-m slow` (below)."""
-    sweep = _shrunk_sweep(tmp_path, derive_scenario, seeds=2, horizon_s=300, draws=2)
-    _run_and_check(sweep, tmp_path / "out", seeds=2, draws=2, capsys=capsys)
+    """experiments/paper_quick.yaml at a reduced size (2 seeds, 200 s windows, R=2: 130 runs, most
+    with one merge; 1,999 bootstrap resamples), through the CLI on 2 workers: every regime, policy and
+    analysis step of the shipped file, checked for content that holds at any size. Figures are left
+    to the tiny sweep's test (the same code per regime) and to the shipped size under `-m slow`.
+    One test (not a module fixture shared by several), so pytest-xdist runs the sweep once."""
+    sweep = _shrunk_sweep(tmp_path, derive_scenario, seeds=2, horizon_s=200, draws=2, resamples=1999)
+    _run_and_check(sweep, tmp_path / "out", seeds=2, draws=2, capsys=capsys, figures=False)
 
 
 @pytest.mark.slow

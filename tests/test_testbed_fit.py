@@ -97,3 +97,35 @@ def test_bad_profiles_name_the_field(tmp_path):
         fit_profile(ProfileSpec.model_validate(spec), "bad.yaml")
     with pytest.raises(InputError, match="no such profile"):
         load_profile(str(tmp_path / "missing.yaml"))
+
+
+# ---- the stored fits (models/data/testbed/stage10_fit.json) ----------------------------------
+
+
+def test_stored_fits_are_current():
+    """Every run's fit is stored and was solved from today's Stage 10 file and fit code; if this fails,
+    run `python -m wadiloco.models.testbed.fit --write` and commit the file."""
+    assert set(fit._stored()) == {r["name"] for r in fit.stage10()["runs"]}, "stale: rerun the fit with --write"
+
+
+def test_stored_fits_equal_solving_the_targeted_runs():
+    """Bit for bit: what is stored is what solving gives (the two cheap runs here; all of them under -m slow)."""
+    for name in ("vllm-1p5b-sync-heavy", "vllm-1p5b-pressure-heavy"):
+        assert fit.solve_run(name) == fit._stored()[name]
+
+
+@pytest.mark.slow
+def test_stored_fits_equal_solving_every_run():
+    assert fit.solve_all() == tuple(fit._stored()[r["name"]] for r in fit.stage10()["runs"])
+
+
+def test_a_stale_store_is_ignored(monkeypatch):
+    """When the digest no longer matches (the data or the code changed), fits are solved, not read."""
+    monkeypatch.setattr(fit, "inputs_digest", lambda: "changed")
+    fit._stored.cache_clear()
+    try:
+        assert fit._stored() == {}
+        assert fit.fit_run("vllm-1p5b-pressure-heavy") == fit.solve_run("vllm-1p5b-pressure-heavy")
+    finally:
+        monkeypatch.undo()
+        fit._stored.cache_clear()

@@ -19,17 +19,23 @@ prefix-cached, so it costs one iteration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import yaml
 
-from wadiloco.models.testbed import fluid, prompts, timetables
+from wadiloco.models.testbed import fluid, metrics, prompts, timetables
 from wadiloco.models.testbed.metrics import summarize
 
 STAGE10 = "testbed/stage10.yaml"
+STORED = "testbed/stage10_fit.json"  # the solved fits, written by `python -m wadiloco.models.testbed.fit --write`
 
 
 @lru_cache(maxsize=1)
@@ -122,6 +128,40 @@ def _l_u_for(settings: dict, l_s: float, delay: float, requests: int) -> float:
 
 
 def fit_run(name: str) -> RunFit:
+    """A run's fit: the stored one when it was solved from today's measurements and code (solving the
+    six `both` runs takes ~10 s per process, and every worker of a sweep or test run needs them),
+    else solved afresh; both give the same numbers bit for bit (tests/test_testbed_fit.py)."""
+    stored = _stored().get(name)
+    return stored if stored is not None else solve_run(name)
+
+
+def inputs_digest() -> str:
+    """What a fit depends on: the Stage 10 file and the source of every module that simulates or solves."""
+    h = hashlib.sha256(resources.files("wadiloco.models.data").joinpath(STAGE10).read_bytes())
+    for m in (fluid, prompts, timetables, metrics, sys.modules[__name__]):
+        h.update(Path(m.__file__).read_bytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _stored() -> dict[str, RunFit]:
+    f = resources.files("wadiloco.models.data").joinpath(STORED)
+    if not f.is_file():
+        return {}
+    doc = json.loads(f.read_text())
+    if doc.get("digest") != inputs_digest():
+        return {}  # stale: the measurements or the code changed since it was written
+    return {k: RunFit(name=k, **v) for k, v in doc["fits"].items()}
+
+
+def stored_document(fits) -> str:
+    """The stored-fit file for `fits` (JSON floats round-trip exactly)."""
+    body = {f.name: {k: v for k, v in asdict(f).items() if k != "name"} for f in fits}
+    return json.dumps({"digest": inputs_digest(), "fits": body}, indent=1) + "\n"
+
+
+@lru_cache(maxsize=16)
+def solve_run(name: str) -> RunFit:
     r = run_spec(name)
     s, m = r["settings"], r["measured"]
     span = m["output_tokens"] / m["tokens_per_s"]
@@ -144,6 +184,10 @@ def fit_all() -> tuple[RunFit, ...]:
     return tuple(fit_run(r["name"]) for r in stage10()["runs"])
 
 
+def solve_all() -> tuple[RunFit, ...]:
+    return tuple(solve_run(r["name"]) for r in stage10()["runs"])
+
+
 FIGURES = ("requests", "p50_ms", "p95_ms", "p99_ms", "tokens_per_s", "sync_ratio", "high_low_ratio")
 
 
@@ -157,3 +201,23 @@ def in_sample(fits=None) -> list[dict]:
         err = {k: sim[k] / meas[k] - 1.0 for k in FIGURES}
         rows.append({"run": f.name, "fit": f, "measured": meas, "simulated": sim, "rel_err": err})
     return rows
+
+
+def main(argv=None) -> int:
+    """`--write`: solve every run and store the fits in the package (run it after changing the Stage 10
+    file or the fit's code; tests/test_testbed_fit.py says when it is due). `--check`: exit 1 if stale."""
+    ap = argparse.ArgumentParser(prog="python -m wadiloco.models.testbed.fit", description=main.__doc__)
+    ap.add_argument("--write", action="store_true", help="solve all runs and write " + STORED)
+    ap.add_argument("--check", action="store_true", help="exit 1 if the stored fits are stale")
+    args = ap.parse_args(argv)
+    if args.write:
+        path = Path(str(resources.files("wadiloco.models.data").joinpath(STORED)))
+        path.write_text(stored_document(solve_all()))
+        print(f"wrote {path}")
+    fresh = bool(_stored()) or args.write
+    print("stored fits: current" if fresh else "stored fits: stale or missing (run with --write)")
+    return 0 if fresh else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
