@@ -1,7 +1,9 @@
 """The calibration protocol (SPEC.md section 4), per regime x policy, from the stored runs.
 
-1. Load match: every run on a (regime, seed) must have the same `arrivals_hash` (common random
-   numbers); sync-excess SLO violation = a run's violation rate minus no_sync's on the same seed.
+1. Load match: every run on a (regime, seed) must have the same `load_hash` (common random
+   numbers): the arrivals of an open-loop workload; for closed-loop clients, whose arrival times
+   depend on the engine and so differ by policy, what the clients send (models.clients.load_hash).
+   Sync-excess SLO violation = a run's violation rate minus no_sync's on the same seed.
 2. Effect-size transfer, two ways, each as the ratio of per-seed means with a paired bootstrap CI
    over seeds:
    - `p95_ratio` (SPEC's wording): p95 end-to-end latency of the requests that overlap a merge over
@@ -80,6 +82,7 @@ RUN_COLUMNS = [
     ("scenario_hash", "str"),
     ("params_hash", "str"),
     (M.ARRIVALS_HASH, "str"),
+    (M.LOAD_HASH, "str"),
     ("error", "str"),
 ]
 # Figures copied from a run's summary as they are, and those read as floats (None -> NaN).
@@ -184,18 +187,19 @@ def _run_record(reg: Regime, arm: Arm, seed: int, draw: int, r: dict[str, Any], 
     rec[M.P95_RATIO] = M.p95_ratio(rec[M.E2E_P95_OVERLAP], rec[M.E2E_P95_NO_OVERLAP])
     rec[M.P95_RATIO_MATCHED] = M.p95_ratio(rec[M.E2E_P95_OVERLAP_MATCHED], rec[M.E2E_P95_OVERLAP_BASELINE])
     rec[M.ARRIVALS_HASH] = sm.get(M.ARRIVALS_HASH, "")
+    rec[M.LOAD_HASH] = sm.get(M.LOAD_HASH, rec[M.ARRIVALS_HASH])
     rec["error"] = r.get("error") or ""
     return rec
 
 
 def load_check(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (regime, seed): how many distinct arrival hashes the completed runs saw (1 = matched)."""
+    """Per (regime, seed): how many distinct loads (load hashes) the completed runs saw (1 = matched)."""
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
-        return pd.DataFrame(columns=["regime", "seed", "runs", "distinct_arrivals", "matched"])
-    g = ok.groupby(["regime", "seed"], sort=False)[M.ARRIVALS_HASH].agg(["size", "nunique"]).reset_index()
-    g.columns = ["regime", "seed", "runs", "distinct_arrivals"]
-    g["matched"] = g["distinct_arrivals"] == 1
+        return pd.DataFrame(columns=["regime", "seed", "runs", "distinct_loads", "matched"])
+    g = ok.groupby(["regime", "seed"], sort=False)[M.LOAD_HASH].agg(["size", "nunique"]).reset_index()
+    g.columns = ["regime", "seed", "runs", "distinct_loads"]
+    g["matched"] = g["distinct_loads"] == 1
     return g
 
 
@@ -369,7 +373,7 @@ def _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci: CI, min_rat
         why.append(f"too few seeds with a sync-excess value (n={pa['se'].n})")
     if not load_match:
         why.append(
-            f"loads differ (arrivals hash mismatch on seeds {', '.join(map(str, mismatched[:10]))})"
+            f"loads differ (load hash mismatch on seeds {', '.join(map(str, mismatched[:10]))})"
             if mismatched
             else "load match unchecked (no runs)"
         )

@@ -17,6 +17,7 @@ index `index` on (the testbed cycles its prompts by that index: models.testbed.p
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,31 @@ import numpy as np
 from wadiloco.models.invariants import InvariantError
 
 Lengths = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+
+HEAD = 64  # requests per client, in creation order, whose lengths identify a closed loop's load
+
+
+class _Head:
+    """The token lengths of a client's first HEAD requests, as it created them. Arrival times depend
+    on the engine (so on the policy); what the clients send must not: this is what runs of one seed
+    are compared by (load_hash), so a policy that disturbed the token streams shows as a mismatch."""
+
+    def _note(self, prompt, output) -> None:
+        room = HEAD - len(self.head_prompt)
+        if room > 0:
+            self.head_prompt.extend(int(x) for x in prompt[:room])
+            self.head_output.extend(int(x) for x in output[:room])
+
+
+def load_hash(loops: list) -> str:
+    """sha256 of every client's serving window and the lengths of its first HEAD requests."""
+    h = hashlib.sha256()
+    for c in loops:
+        h.update(np.array([c.start_s, c.horizon_s], dtype="<f8").tobytes())
+        for xs in (c.head_prompt, c.head_output):
+            h.update(np.int64(len(xs)).tobytes())
+            h.update(np.asarray(xs, dtype="<i8").tobytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -49,7 +75,7 @@ class Concurrency:
         return self.busy if (t + self.phase_s) % self.period_s < self.window_s else self.quiet
 
 
-class BatchLoop:
+class BatchLoop(_Head):
     """Whole batches, one after another (module docstring). `starts`, `sizes`, `ends` per batch."""
 
     def __init__(self, conc: Concurrency, lengths: Lengths, start_s: float, horizon_s: float, gap_s: float = 0.0):
@@ -60,6 +86,8 @@ class BatchLoop:
         self.ends: list[float] = []
         self.index = 0  # global request index of the next request
         self.out = 0  # requests of the current batch not finished
+        self.head_prompt: list[int] = []
+        self.head_output: list[int] = []
 
     @property
     def created(self) -> int:
@@ -73,6 +101,7 @@ class BatchLoop:
             return
         c = self.conc.at(t)
         prompt, output = self.lengths(self.index, c)
+        self._note(prompt, output)
         st.add(t, prompt, output, len(self.starts))
         self.index += c
         self.out = c
@@ -117,7 +146,7 @@ class BatchLoop:
             raise InvariantError("closed loop: the loop stopped before the horizon")
 
 
-class UsersLoop:
+class UsersLoop(_Head):
     """N users, each with at most one request out (module docstring). `think(user)` gives a user's
     next think time (s, >= 0), deterministic per user whatever the order users finish in."""
 
@@ -126,6 +155,8 @@ class UsersLoop:
         self.start_s, self.horizon_s = start_s, horizon_s
         self.index = 0
         self.sent = [0] * users
+        self.head_prompt: list[int] = []
+        self.head_output: list[int] = []
 
     @property
     def created(self) -> int:
@@ -139,6 +170,7 @@ class UsersLoop:
         if not t < self.horizon_s:
             return
         prompt, output = self.lengths(self.index, 1)
+        self._note(prompt, output)
         st.add(t, prompt, output, user)
         self.index += 1
         self.sent[user] += 1

@@ -36,7 +36,8 @@ E2E_P95_OVERLAP_BASELINE = "e2e_p95_overlap_baseline_s"  # the same requests und
 # set by the fleet and the runner
 INNER_STEPS = "inner_steps"
 FINAL_LOSS = "final_loss"
-ARRIVALS_HASH = "arrivals_hash"
+ARRIVALS_HASH = "arrivals_hash"  # the requests as they arrived: same value = same requests, same order
+LOAD_HASH = "load_hash"  # what the clients send: the arrivals (open loop), or models.clients.load_hash
 REFERENCE_MERGES = "reference_merges"
 WALL_TIME = "wall_time_s"
 SIM_TIME = "sim_time_s"

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from wadiloco.models import invariants as inv
+from wadiloco.models.clients import load_hash
 from wadiloco.models.config import Resolved, resolve
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.metrics import add_labels, request_table, summarize, testbed_figures
@@ -206,6 +207,7 @@ class Fleet:
         tr = self.trainer
         final_step = max(tr.island_step) if tr.island_step else 0
         summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s, self.sc.slo.e2e_s)
+        arrived = arrivals_hash(self.arrivals if self.clients is None else self._created(req))
         summary.update(
             {
                 "scenario": self.sc.name,
@@ -217,7 +219,8 @@ class Fleet:
                 "inner_steps": final_step,
                 "sim_time_s": float(self.env.now),
                 "wall_time_s": wall,
-                "arrivals_hash": arrivals_hash(self.arrivals if self.clients is None else self._created(req)),
+                "arrivals_hash": arrived,
+                "load_hash": arrived if self.clients is None else load_hash(self.clients),
                 "capacity_rps_per_sidecar": self.capacity_rps,
                 "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
                 "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
