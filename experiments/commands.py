@@ -272,6 +272,15 @@ def cmd_calibrate(args) -> int:
     print(f"  host checkpoint  {w.host_ckpt:.4f}")
     print(f"  host staging     {w.host_stage:.4f}")
     print(f"  eager decode CPU time per iteration {w.eager_host_s * 1e3:.3f} ms (launch-bound baseline)")
+    print(f"  GPU  inner step  {w.gpu_inner:.4f}   (fleet.gpu_sharing: timeslice | mps; the outer step's fit)")
+    from wadiloco.models.host import fit_oversubscription
+
+    try:
+        o = fit_oversubscription(cal)
+        law = f"mean wait {o.wait_s * 1e3:.2f} ms, kappa {o.kappa:.3f}"
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        law = "not fitted (no eager `cpu` row in this file)"
+    print(f"Host oversubscription (fleet.host_cores; `cpu` row): {law}")
     from wadiloco.models.profiles import packaged_profiles
 
     print(f"Engine profiles (wadiloco calibrate PROFILE): {', '.join(packaged_profiles())}")

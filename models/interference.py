@@ -12,6 +12,7 @@ Fitting (one number per phase and resource, from `interference.<mode>.<phase>.p5
   of the two (ratio - 1) values' ratios, i.e. 1+w = sqrt(r_decode * r_prefill).
 - GPU, staging: same, from the `stage` phase (DMA copies steal a little HBM/copy-engine time).
 - Host, checkpoint and staging: eager decode is CPU-launch bound (h > g), so its ratio is 1 + w.
+- GPU, inner training step: the outer step's weight (a saturating co-tenant of the same GPU).
 The `all` phase (stage + outer + ckpt together) and the eager outer step are not used by the fit;
 tests hold them out as validation.
 """
@@ -37,6 +38,11 @@ class InterferenceWeights:
     host_stage: float
     eager_host_s: float  # CPU time per eager decode iteration (launch-bound), from the baseline
     graph_gpu_s: float  # GPU time of the measured decode iteration (B=64, ctx=1024)
+    # An inner training step on a shared GPU (fleet.gpu_sharing: timeslice/mps). The `outer` row is the
+    # calibration's saturating co-tenant on the same H200 and serving model, so its fit is the default;
+    # the testbed's Stage 10 matmul co-tenant (B200, Qwen2.5) fits 0.55-1.27 (models.cotenant), which a
+    # scenario can set as interference.gpu_inner_weight.
+    gpu_inner: float = 0.0
 
 
 def fit_weights(cal: dict | None = None) -> InterferenceWeights:
@@ -57,6 +63,7 @@ def fit_weights(cal: dict | None = None) -> InterferenceWeights:
         host_stage=host_stage,
         eager_host_s=inter[EAGER]["baseline"]["p50_ms"] / 1e3,
         graph_gpu_s=inter[GRAPH]["baseline"]["p50_ms"] / 1e3,
+        gpu_inner=gpu_outer,
     )
 
 

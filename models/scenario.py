@@ -34,6 +34,29 @@ class FleetConfig(Strict):
     # What-if switches: a resource named here has unlimited capacity (no queueing on it).
     # `kv`: the engines' KV-cache pools are unlimited (no blocks, no preemption: engine.kv_blocks).
     unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage", "kv"]] = []
+    # How training uses the GPUs (sim.gpushare; docs/model.md "Shared GPU"). merges: only merge work
+    # reaches them (the outer step and staging on the sidecar's GPU under same_gpu). timeslice: training
+    # time-slices the GPU all the time: inner steps hold the learner's GPU (the sidecar's under
+    # same_gpu) between merges with weight interference.gpu_inner_weight (default the H200 `outer`
+    # row's saturating co-tenant, 1.34), all-reduce kernels and checkpoint staging copies hold it with
+    # the `stage` row's copy weight (0.013), and checkpoint staging crosses PCIe. mps: as timeslice, but
+    # training's work on a GPU never runs faster than `mps_training_share` of it (CUDA MPS's active
+    # thread percentage; an ASSUMPTION: no measurement of MPS here). mig: the sidecar has its own MIG
+    # slice, training never touches it, the host is still shared (an ASSUMPTION: the slice serves at
+    # the latency law's full-GPU speed).
+    gpu_sharing: Literal["merges", "timeslice", "mps", "mig"] = "merges"
+    mps_training_share: float = Field(0.5, gt=0, le=1)
+    # The host's cores (models.host, sim.host). null: unlimited cores, no preemption (a fluid CPU path
+    # per thread). A number (the calibration host has 16, its `cpus`): threads share the cores, and
+    # when more are runnable than there are cores, engine and frontend threads are preempted with the
+    # law fitted to the `cpu` row (p95 1.87x, p99 3.2x). Runnable: engine_threads per sidecar (its
+    # scheduler/launch thread), frontend_threads per sidecar with frontend work (its API server),
+    # learner_threads_per_gpu per learner GPU while its island steps (the training loop's thread),
+    # and merge CPU work's own threads. The counts are ASSUMPTIONS (one busy thread each).
+    host_cores: int | None = Field(None, ge=1, le=4096)
+    engine_threads: int = Field(1, ge=0, le=256)
+    frontend_threads: int = Field(1, ge=0, le=256)
+    learner_threads_per_gpu: int = Field(1, ge=0, le=256)
 
     @property
     def n_hosts(self) -> int:
@@ -202,6 +225,8 @@ class InterferenceConfig(Strict):
     `null` means: fit from ../shared/calibration (models.interference)."""
 
     gpu_outer_weight: float | None = Field(None, ge=0)
+    # An inner training step on a GPU it shares (fleet.gpu_sharing timeslice/mps); null: gpu_outer's fit.
+    gpu_inner_weight: float | None = Field(None, gt=0)
     gpu_stage_weight: float | None = Field(None, ge=0)
     host_ckpt_weight: float | None = Field(None, ge=0)
     host_stage_weight: float | None = Field(None, ge=0)
@@ -412,6 +437,13 @@ OPT_IN_FIELDS = (
     "merge.compression_on",
     "merge.compress_gpu_elements_per_s",
     "merge.compress_host_elements_per_s",
+    "fleet.gpu_sharing",
+    "fleet.mps_training_share",
+    "fleet.host_cores",
+    "fleet.engine_threads",
+    "fleet.frontend_threads",
+    "fleet.learner_threads_per_gpu",
+    "interference.gpu_inner_weight",
 )
 
 

@@ -75,7 +75,9 @@ class Checkpointer:
         holds = [hold(c, weight, "ckpt") for c in hr.cpu_paths()] if weight > 0 else []
         s = net.fabric.start([ser], gbits, 1.0, INF, ("merge", "serialize"))
         t0 = self.env.now
-        s.done.callbacks.append(lambda _e: self._host_done(holds, "ckpt", k, t0))
+        n = m.serialize_threads
+        hr.cpu.begin(n)  # the serialisers are runnable threads of the host (fleet.host_cores, sim.host)
+        s.done.callbacks.append(lambda _e: (hr.cpu.end(n), self._host_done(holds, "ckpt", k, t0)))
         write = net.fabric.start(self.path(hr.name, "store"), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
         return [s, write]
 

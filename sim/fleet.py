@@ -38,6 +38,7 @@ from wadiloco.sim.build import (
     make_sidecars,
 )
 from wadiloco.sim.cotenant import Cotenant
+from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
 from wadiloco.sim.monitor import Monitor
@@ -90,15 +91,16 @@ class Fleet:
         self.host_s = engine_host_s(sc, w)
         self.arrivals, self.capacity_rps = make_arrivals(r, self.seed, self.lat, self.host_s, arrivals)
         self.clients = make_clients(r, self.seed) if arrivals is None else None
-        self.res = Resources(env, sc, self.check)
+        self.res = Resources(env, sc, self.check, self.seed)
         self.bound = bound = LookaheadBound(sc.horizon_s + sc.drain_s, lookahead)
+        self.gpushare = gs = GpuShare(sc, w, self.res.hosts)
         self.sidecars = make_sidecars(
             env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
         )
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
-        self.merge = MergeExecutor(env, sc, w, self.res, bound.changed)
+        self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
         ct = r.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
         self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None
@@ -115,6 +117,7 @@ class Fleet:
             merged=merged or self.progress.record_merge,
             phases=sc.merge.phases,
             stream_round=self._stream_round if sc.merge.fragments > 1 else None,
+            computing=gs.computing if gs.active else None,
         )
         self.monitor = Monitor(
             env,
@@ -132,6 +135,12 @@ class Fleet:
         bound.watch(self.merge.next_work_at, self.trainer.next_decision_at, self.monitor.next_sample_at)
         if self.cotenant is not None:
             bound.watch(self.cotenant.next_switch_at)
+        if gs.active:  # islands stopping at the horizon release the GPU and their threads
+            bound.watch(self.trainer.next_stop_at)
+        if sc.fleet.host_cores is not None:
+            for hr in self.res.hosts:
+                hr.cpu.bound_changed = bound.changed
+            bound.watch(self.res.next_preemption_at)
         self.monitor.start()  # before the islands: same-instant events keep their order
         self.trainer.start()
         if self.cotenant is not None:

@@ -1,6 +1,8 @@
 """A merge's phases (listed in sim.training) as fabric jobs on the fleet's resources: sizes and
 bandwidths decide how long each takes, the interference weights (models.interference, or the
 scenario's own) how hard its holds press on serving, and the topology how flows are routed.
+Which GPU training work runs on, and what else holds it (all-reduce kernels, checkpoint staging
+copies), is sim.gpushare's (fleet.gpu_sharing).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from wadiloco.models.interference import InterferenceWeights, default_weights
 from wadiloco.models.scenario import Scenario
 from wadiloco.sim.checkpoint import Checkpointer, hold
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
+from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import ring_allreduce_flows, route
 
@@ -24,6 +27,7 @@ def resolve_weights(sc: Scenario) -> InterferenceWeights:
         host_stage=w.host_stage if o.host_stage_weight is None else o.host_stage_weight,
         eager_host_s=w.eager_host_s,
         graph_gpu_s=w.graph_gpu_s,
+        gpu_inner=w.gpu_inner if o.gpu_inner_weight is None else o.gpu_inner_weight,
     )
 
 
@@ -39,18 +43,19 @@ class MergeExecutor:
     the end of the last one; `bound_changed` tells the lookahead bound when that flips. A phase
     moves `frac` of the model (1, or one Streaming DiLoCo fragment's share)."""
 
-    def __init__(self, env, sc: Scenario, w: InterferenceWeights, res: Resources, bound_changed):
+    def __init__(self, env, sc: Scenario, w: InterferenceWeights, res: Resources, bound_changed, gs: GpuShare):
         self.env = env
         self.sc = sc
         self.w = w
         self.res = res
+        self.gs = gs
         self.bound_changed = bound_changed
         self.active = False
         self.ckpt = Checkpointer(env, sc, w, res, self._path, bound_changed)
         self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
         self._last = sc.merge.phases[-1] if sc.merge.phases else None
         self._running = 0  # phases running now (fragments of a streaming round overlap)
-        self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self.ckpt.phase}
+        self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
 
     def next_work_at(self) -> float:
         """A lookahead source: -inf while a phase or a background save runs (merge work is on the
@@ -83,8 +88,8 @@ class MergeExecutor:
         jobs = []
         for hr in self.res.hosts:
             holds = [_hold(c, w.host_stage, "stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []
-            if sc.fleet.colocation == "same_gpu" and w.gpu_stage > 0:
-                holds += [_hold(g, w.gpu_stage, "stage") for g in hr.gpus]
+            if self.gs.shared:
+                holds += self.gs.holds(hr, w.gpu_stage, "stage")
             j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "stage"))
             j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
             jobs.append(j)
@@ -98,10 +103,14 @@ class MergeExecutor:
 
     def _ring(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
-        return [
+        flows = [
             net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
             for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, shard_bytes)
         ]
+        holds = [j for hr in self.res.hosts for j in self.gs.kernel_holds(hr, "allreduce")] if flows else []
+        if holds:  # NCCL's kernels run on the outer shard's GPU until the last flow is in (sim.gpushare)
+            self.env.all_of([f.done for f in flows]).callbacks.append(lambda _e: Fabric.release(holds))
+        return flows
 
     def _compressed_allreduce(self, frac: float):
         """Quantise the shard, all-reduce the smaller payload, dequantise the result: two elementwise
@@ -139,15 +148,38 @@ class MergeExecutor:
         self.host_work.append(("codec", k, t0, self.env.now))
 
     def _outer_gpu(self, hr) -> Link:
-        return hr.gpus[0] if self.sc.fleet.colocation == "same_gpu" and hr.gpus else hr.learner_gpu
+        return self.gs.outer_gpu(hr)
 
     def _outer(self, frac: float = 1.0) -> list[Job]:
         work = self._per_host(frac) / self.sc.merge.outer_elements_per_s
         jobs = []
         for hr in self.res.hosts:
             gpu = self._outer_gpu(hr)
-            jobs.append(gpu.fabric.start([gpu], work, self.w.gpu_outer, 1.0, ("merge", "outer")))
+            jobs.append(gpu.fabric.start([gpu], work, self.w.gpu_outer, self.gs.cap, ("merge", "outer")))
         return jobs
+
+    def _ckpt(self, frac: float = 1.0) -> list:
+        """The `ckpt` phase (sim.checkpoint). Under fleet.gpu_sharing timeslice/mps a synchronous
+        checkpoint first stages every host's shard device-to-host (an async one stages anyway)."""
+        if self.gs.steps_hold and self.sc.merge.checkpoint_mode == "sync":
+            return [self.env.process(self._staged_ckpt(frac))]
+        return self.ckpt.phase(frac)
+
+    def _staged_ckpt(self, frac: float):
+        """The device-to-host copy of each host's checkpoint shard crosses its PCIe, holding the
+        GPU's copy path (sim.gpushare), then the checkpoint is serialised and written."""
+        copies = []
+        for hr in self.res.hosts:
+            holds = self.gs.kernel_holds(hr, "ckpt_stage")
+            j = hr.pcie.fabric.start([hr.pcie], self.ckpt._gbits(frac), 1.0, INF, ("merge", "ckpt_stage"))
+            j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
+            copies.append(j.done)
+        pending = [e for e in copies if not e.triggered]
+        if pending:
+            yield self.env.all_of(pending)
+        pending = [e for e in map(_event, self.ckpt.phase(frac)) if not e.triggered]
+        if pending:
+            yield self.env.all_of(pending)
 
     # -- Streaming DiLoCo ---------------------------------------------------------------------
     def stream_round(self, rec, phases, step_time_s: float):

@@ -5,6 +5,9 @@ One host, one sidecar with a fixed workload (decode B=64 at context 1024, or bac
 `MergeExecutor.run_phase`, repeated back to back like the measurement's loop) runs for `phase_s`
 seconds; the slowdown of iteration i is its duration over the duration of the same iteration
 in an identical run without the phase. Nothing here sets a ratio: it comes out of the fabric.
+The `cpu` load is the measurement's one compressor thread per host core: CPU work on the host's
+16 cores (the calibration host's `cpus`, sim.host) that presses on no path, so only oversubscription
+(preemption of the engine's thread) can slow serving.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from wadiloco.models.config import Resolved, from_dict
+from wadiloco.models.latency import load_calibration
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.fleet import Fleet
 
@@ -21,7 +25,13 @@ MODES = {
     "decode_eager_b64_ctx1024": (False, "decode"),
     "prefill_graph_2048": (True, "prefill"),
 }
-PHASE_SETS = {"stage": ("stage",), "outer": ("outer",), "ckpt": ("ckpt",), "all": ("stage", "outer", "ckpt")}
+PHASE_SETS = {
+    "stage": ("stage",),
+    "outer": ("outer",),
+    "ckpt": ("ckpt",),
+    "all": ("stage", "outer", "ckpt"),
+    "cpu": ("cpu",),
+}
 
 
 # Decode contexts grow by one token per iteration; starting the 64 sequences at 874 tokens puts
@@ -50,6 +60,8 @@ def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1
                 "sidecars_per_host": 1,
                 "colocation": "same_gpu",
                 "unlimited": list(unlimited),
+                "host_cores": int(load_calibration()["cpus"]),
+                "learner_threads_per_gpu": 0,  # the measurement had no training loop
             },
             "engine": {
                 "cuda_graphs": graphs,
@@ -65,13 +77,19 @@ def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1
     )
 
 
-def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: float):
-    f = Fleet(probe_scenario(mode, unlimited), seed=0, arrivals=[_arrivals(MODES[mode][1])])
+def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: float, seed: int = 0):
+    f = Fleet(probe_scenario(mode, unlimited), seed=seed, arrivals=[_arrivals(MODES[mode][1])])
     side = f.sidecars[0]
     side.iter_log = []
 
     def loop(phase):
         yield f.env.timeout(t0)
+        if phase == "cpu":  # one compressor thread per core, for the whole window
+            host = f.res.hosts[0].cpu
+            load = host.work(float("inf"), int(load_calibration()["cpus"]), 0.0, ("load", "cpu"))
+            yield f.env.timeout(phase_s)
+            host.stop(load)
+            return
         while f.env.now < t0 + phase_s:
             yield from f.merge.run_phase(phase)
 
@@ -81,19 +99,28 @@ def _run(mode: str, phases: tuple[str, ...], unlimited, t0: float, phase_s: floa
     return np.array(side.iter_log)
 
 
-def slowdown(mode: str, phase: str, unlimited: tuple[str, ...] = (), t0: float = 1.5, phase_s: float = 1.0) -> dict:
-    """p50/p95 of per-iteration slowdown while `phase` runs, against the same iterations alone."""
+def slowdown(
+    mode: str, phase: str, unlimited: tuple[str, ...] = (), t0: float = 1.5, phase_s: float = 1.0, seeds: int = 1
+) -> dict:
+    """p50/p95/p99 of per-iteration slowdown while `phase` runs, against the same iterations alone,
+    pooled over `seeds` runs (a random load, like `cpu`'s preemptions, needs many iterations for a
+    p99; one window stays near the measured context, since decode contexts grow)."""
     base = _run(mode, (), unlimited, t0, phase_s)
-    hit = _run(mode, PHASE_SETS[phase], unlimited, t0, phase_s)
-    n = min(len(base), len(hit))
-    dur_b = base[:n, 1] - base[:n, 0]
-    dur_h = hit[:n, 1] - hit[:n, 0]
-    inside = (hit[:n, 0] >= t0) & (hit[:n, 1] <= t0 + phase_s)
-    if not inside.any():
+    ratios, inside_n = [], 0
+    for seed in range(seeds):
+        hit = _run(mode, PHASE_SETS[phase], unlimited, t0, phase_s, seed)
+        n = min(len(base), len(hit))
+        dur_b = base[:n, 1] - base[:n, 0]
+        dur_h = hit[:n, 1] - hit[:n, 0]
+        inside = (hit[:n, 0] >= t0) & (hit[:n, 1] <= t0 + phase_s)
+        ratios.append(dur_h[inside] / dur_b[inside])
+        inside_n += int(inside.sum())
+    if not inside_n:
         raise RuntimeError("no iteration fell inside the phase window")
-    r = dur_h[inside] / dur_b[inside]
+    r = np.concatenate(ratios)
     return {
         "p50_ratio": float(np.percentile(r, 50)),
         "p95_ratio": float(np.percentile(r, 95)),
-        "iterations": int(inside.sum()),
+        "p99_ratio": float(np.percentile(r, 99)),
+        "iterations": inside_n,
     }

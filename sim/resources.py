@@ -3,12 +3,16 @@
 Each host's GPUs, CPU paths and PCIe are their own fabrics (no job crosses two of them); the
 network is one fabric over the topology graph (sim.topology) plus checkpoint serialisation.
 A resource the scenario names in `fleet.unlimited` gets infinite capacity.
+
+CPU work (serialisation, compression) goes through `HostRes.cpu.work(core_s, threads, press)`
+(sim.host): core-seconds over threads on the host's cores, pressing on the engines' CPU paths.
 """
 
 from __future__ import annotations
 
 from wadiloco.models.scenario import Scenario
 from wadiloco.sim.fabric import INF, Fabric, Link
+from wadiloco.sim.host import HostCpu
 from wadiloco.sim.topology import build_graph, host_node
 
 
@@ -19,7 +23,7 @@ class HostRes:
     with frontend work one more for its API server; host-wide merge work (staging, checkpoint
     serialisation) presses on every one of these CPU paths."""
 
-    def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool):
+    def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool, seed: int = 0):
         unl = set(sc.fleet.unlimited)
         gpu_cap = INF if "gpu" in unl else 1.0
         self.name = name
@@ -35,13 +39,14 @@ class HostRes:
         front = e.frontend_per_request_s > 0 or e.frontend_per_token_s > 0
         self.fronts = [own(f"front{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)] if front else []
         self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
+        self.cpu = HostCpu(env, name, sc, self.cpu_paths(), n_sidecars, check, seed)
 
     def cpu_paths(self) -> list[Link]:
         """Every CPU path host-wide merge work presses on: the engines' and the frontends'."""
         return [*self.cpus, *self.fronts]
 
     def links(self) -> list[Link]:
-        return [*self.gpus, *self.cpus, *self.fronts, self.learner_gpu, self.pcie]
+        return [*self.gpus, *self.cpus, *self.fronts, self.learner_gpu, self.pcie, self.cpu.cores]
 
 
 class Network:
@@ -67,14 +72,18 @@ class Network:
 
 
 class Resources:
-    def __init__(self, env, sc: Scenario, check: bool):
+    def __init__(self, env, sc: Scenario, check: bool, seed: int = 0):
         fc = sc.fleet
         self.hosts = [
-            HostRes(env, host_node(i, h), fc.sidecars_per_host, sc, check)
+            HostRes(env, host_node(i, h), fc.sidecars_per_host, sc, check, seed)
             for i in range(fc.islands)
             for h in range(fc.hosts_per_island)
         ]
         self.net = Network(env, sc, self.hosts, check)
+
+    def next_preemption_at(self) -> float:
+        """A lookahead source (with fleet.host_cores): the next preemption switch on any host."""
+        return min((hr.cpu.next_switch_at() for hr in self.hosts), default=INF)
 
     def peak_load(self) -> float:
         """The largest allocated rate over capacity any link has seen (at most 1: an invariant)."""

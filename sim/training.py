@@ -68,8 +68,12 @@ class Trainer:
         merged: Callable[[int], None],
         phases: Sequence[str] = PHASES,
         stream_round: Callable[[MergeRecord], Generator] | None = None,
+        computing: Callable[[int, bool], None] | None = None,
     ):
         self.env = env
+        # computing(i, on): island i starts stepping (on) or stops, at a merge barrier or the horizon
+        # (sim.gpushare: its inner steps hold the GPU and its learner threads run meanwhile).
+        self.computing = computing
         self.phases = tuple(phases)
         # Streaming DiLoCo (sim.merge.MergeExecutor.stream_round): a merge is a round of fragment
         # syncs that overlap inner steps; no barrier, and the policy is not asked while one runs.
@@ -103,7 +107,15 @@ class Trainer:
     def start(self) -> None:
         """Start the islands' processes (after the monitor's: the order of same-instant events)."""
         for i in range(self.n_islands):
+            if self.computing is not None:
+                self.computing(i, True)
             self.env.process(self._island(i))
+
+    def next_stop_at(self) -> float:
+        """A lookahead source (with `computing`): the earliest end of a step in flight at or past
+        the horizon, where its island may stop computing; +inf if none."""
+        h = self.horizon
+        return min((t for t in self._ends if h <= t < INF), default=INF)
 
     def completed_merges(self) -> list[MergeRecord]:
         return [m for m in self.merges if m.end > 0]
@@ -158,6 +170,8 @@ class Trainer:
             k += 1
             if env.now >= self.horizon and self.merge_at < k:
                 self._ends[i] = INF  # stopped: it asks nothing more
+                if self.computing is not None:
+                    self.computing(i, False)
                 self.bound_changed()
                 return  # past the horizon with no merge pending at or ahead of this step
             self.island_step[i] = k
@@ -181,11 +195,15 @@ class Trainer:
             if self.merge_at == k:
                 self._arrived += 1
                 done = self._round_done
+                if self.computing is not None:
+                    self.computing(i, False)
                 if self._arrived == self.n_islands:
                     yield from self._merge(self.merges[-1])
                     done.succeed()
                 else:
                     yield done
+                if self.computing is not None:
+                    self.computing(i, True)
 
     def _merge(self, rec: MergeRecord):
         env = self.env
