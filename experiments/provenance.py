@@ -4,6 +4,8 @@ Every result a command writes carries this, so a folder found later says what ma
 resolved scenario (every default filled in), the policy with its params, seed and draw, the
 package version and, when the package runs from a git checkout, the revision (with `+dirty`
 when the checkout has uncommitted changes). No clock time, so equal runs give equal files.
+A sweep's folder holds the same record for its whole run set (`of_sweep`), plus one entry per
+session that ran it (`session`), so a sweep resumed under another version says so.
 """
 
 from __future__ import annotations
@@ -71,4 +73,58 @@ def of_run(r, seed: int, draw: int, sets: list[tuple[str, Any]] | None = None) -
         "seed": seed,
         "draw": draw,
         "scenario": resolved_scenario(r),
+    }
+
+
+def _sha256(path: str) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def session(resume: bool, completed_before: int) -> dict[str, Any]:
+    """One session of a sweep: the software that ran it, and how many runs were stored before."""
+    return {**software(), "resume": resume, "completed_before": completed_before}
+
+
+def of_sweep(plan) -> dict[str, Any]:
+    """Provenance of a sweep's run set (an experiments.sweep.Plan built from its file): the sha256
+    of the sweep file and its scenario files (`sources`) and of every other input the runs read
+    (`inputs`), each regime's resolved scenario (the sweep's and the regime's overrides applied,
+    every default filled in; the policy is the sweep's, so it is left out there), each policy with
+    its validated params, and the seeds."""
+    from wadiloco.models.config import check_policy, resolve
+
+    regimes, first = [], {}
+    for reg in plan.regimes:
+        data = resolved_scenario(resolve(reg.scenario))
+        data.pop("policy", None)
+        regimes.append({"name": reg.name, "scenario_file": reg.path, "scenario_hash": reg.digest, "scenario": data})
+    for a in plan.arms:
+        reg = next(r for r in plan.regimes if a.runs_in(r.name))
+        _, p = check_policy(reg.scenario, a.name, a.params, plan.file, f"policies ({a.label})")
+        first[a.label] = p.model_dump(mode="json")
+    return {
+        **software(),
+        "sweep_file": plan.file,
+        "sources": {f: _sha256(f) for f in dict.fromkeys([plan.file, *(r.path for r in plan.regimes)])},
+        "inputs": dict(plan.inputs),
+        "plugins": list(plan.plugins),
+        "seeds": list(plan.seeds),
+        "regimes": regimes,
+        "policies": [
+            {
+                "label": a.label,
+                "name": a.name,
+                "role": a.role,
+                "draws": a.draws,
+                "reference": a.reference,
+                "regimes": list(a.regimes) if a.regimes is not None else None,
+                "params": first[a.label],
+            }
+            for a in plan.arms
+        ],
     }

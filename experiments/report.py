@@ -1,5 +1,5 @@
-"""Render a sweep's outputs from its store: runs.csv, summary.csv, comparisons.csv, figures and
-report.md / report.html. Everything is recomputed from `runs.sqlite`, so `wadiloco report DIR`
+"""Render a sweep's outputs from its store: runs.csv, summary.csv, comparisons.csv, figures,
+provenance.json and report.md / report.html. Everything is recomputed from `runs.sqlite`, so `wadiloco report DIR`
 gives the same files as the end of `wadiloco sweep` (figures aside, which are not byte-compared).
 Every file is written atomically (temp file + os.replace).
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -200,14 +201,44 @@ def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
         write_atomic(out / "summary.csv", csv_text(summary))
         write_atomic(out / "comparisons.csv", csv_text(comps))
         write_atomic(out / "load_check.csv", csv_text(loads))
+        prov = _provenance(out, store)
         figs = _figures(out, plan, runs, summary, store) if figures else []
     finally:
         store.close()
-    blocks = _report_blocks(plan, runs, res, figs)
+    blocks = _report_blocks(plan, runs, res, figs) + _provenance_blocks(prov)
     title = f"Sweep report: {plan.name}"
     write_atomic(out / "report.md", render_md(blocks))
     write_atomic(out / "report.html", render_html(title, blocks, out))
     return {"runs": runs, **res, "figures": figs}
+
+
+def _provenance(out: Path, store: Store) -> dict[str, Any] | None:
+    """The sweep's provenance from its store, written out as provenance.json (None: a store made
+    before provenance was kept, which gets one on its next --resume)."""
+    raw = store.meta("provenance")
+    if raw is None:
+        return None
+    prov = json.loads(raw)
+    write_atomic(out / "provenance.json", json.dumps(prov, indent=2, sort_keys=True) + "\n")
+    return prov
+
+
+def _provenance_blocks(prov: dict[str, Any] | None) -> list:
+    if prov is None:
+        return [("h2", "Provenance"), ("p", "Not recorded: this store predates provenance records; --resume adds one.")]
+    lines = [
+        f"session {i + 1}{' (--resume)' if s.get('resume') else ''}: wadiloco-sim {s.get('version')}, "
+        f"git {s.get('git_revision') or 'not a git checkout'}, {s.get('completed_before', 0)} runs stored before"
+        for i, s in enumerate(prov.get("sessions", []))
+    ]
+    lines.append(
+        f"inputs: {prov.get('sweep_file')}, its {len(prov.get('sources', {})) - 1} scenario file(s) and "
+        f"{len(prov.get('inputs', {}))} other file(s) the runs read, by sha256; each "
+        "regime's resolved scenario and each policy's validated params: provenance.json"
+    )
+    if prov.get("note"):
+        lines.append(prov["note"])
+    return [("h2", "Provenance"), ("ul", lines)]
 
 
 def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@
 - `status` is 'ok' or 'error' (with the error text). `--resume` skips 'ok' rows and retries the
   rest; `attempts` counts how often a key was written.
 - `meta` holds the sweep's identity (its run set) and its JSON description, so `wadiloco report`
-  and `wadiloco export` need nothing but the folder.
+  and `wadiloco export` need nothing but the folder, and its provenance (`provenance`: resolved
+  inputs, and the version and git revision of each session; experiments.provenance.of_sweep).
 """
 
 from __future__ import annotations
@@ -179,6 +180,16 @@ class Store:
         except sqlite3.Error as e:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
+            self._fail(e, "write to")
+
+    def set_meta(self, key: str, value: str) -> None:
+        """One more meta entry (the sweep's provenance), in its own transaction."""
+        try:
+            self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+        except sqlite3.Error as e:
             self._fail(e, "write to")
 
     # ---- runs ------------------------------------------------------------------------------

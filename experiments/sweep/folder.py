@@ -6,11 +6,13 @@ at a time writes a folder (an flock on `.wadiloco-sweep.lock`). The store is ope
 it was created for, or refused: another sweep's results are never mixed in, and a folder holding
 this sweep's results needs --resume. Temp files of atomic writes a kill interrupted (they carry
 this tool's marker, experiments.output.TEMP_MARK) are removed at the start of the next session;
-finished files and other people's files are never touched.
+finished files and other people's files are never touched. The store keeps the sweep's provenance
+(`record_provenance`): made with the store, one session appended by each --resume.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -24,6 +26,7 @@ from wadiloco.models.errors import InputError
 from wadiloco.models.schema import not_regular
 
 LOCK_NAME = ".wadiloco-sweep.lock"
+PROVENANCE_KEY = "provenance"  # the store's meta entry; `report` writes it out as provenance.json
 # The files a sweep's report and export write atomically (temp file + os.replace).
 OUTPUTS = (
     "runs.csv",
@@ -32,6 +35,7 @@ OUTPUTS = (
     "load_check.csv",
     "report.md",
     "report.html",
+    "provenance.json",
     "export.csv",
     "export.parquet",
 )
@@ -102,7 +106,22 @@ def open_store_for(plan: Plan, out: Path, resume: bool) -> Store:
             if ident != plan.identity() or not resume:
                 store.close()
         store.set_plan(ident, plan.to_dict())  # analysis settings (bootstrap, gate) may have changed
+    record_provenance(store, plan, resume=ident is not None)
     return store
+
+
+def record_provenance(store: Store, plan: Plan, resume: bool) -> None:
+    """The sweep's provenance in its store (experiments.provenance.of_sweep), made when the store
+    is; each session appends the software that ran it, so one resumed under another version or
+    revision says so. A store made before provenance was kept gets it on its first resume, noted."""
+    from wadiloco.experiments import provenance
+
+    raw = store.meta(PROVENANCE_KEY)
+    rec = json.loads(raw) if raw else provenance.of_sweep(plan)
+    if raw is None and resume:
+        rec["note"] = "recorded on a resume: the sessions before it ran without a provenance record"
+    rec.setdefault("sessions", []).append(provenance.session(resume, store.counts().get("ok", 0)))
+    store.set_meta(PROVENANCE_KEY, json.dumps(rec, sort_keys=True, separators=(",", ":")))
 
 
 def _refuse_other(plan: Plan, out: Path, resume: bool) -> None:
