@@ -9,11 +9,14 @@ executes cleanly but shows nothing, and fails here.
 
 The notebooks are committed with their outputs so that they read on a repository page;
 `python -m pytest tests/test_notebooks.py --update-notebooks` re-executes them and writes the
-outputs back (notebooks/README.md).
+outputs back (notebooks/README.md). Notebooks 01 and 03 read result folders shipped in
+notebooks/results/ (`bash notebooks/regenerate_results.sh` makes them): the shipped runs must be
+the sweep file's, and notebook 01 re-runs one of them and fails if it no longer gives the same number.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -84,3 +87,26 @@ def test_notebook_runs(path, request):
     assert not figure_problems(nb), f"{path.name}: " + "; ".join(figure_problems(nb))
     if request.config.getoption("--update-notebooks"):
         nbformat.write(nb, path)
+
+
+def test_shipped_results_are_the_sweeps_and_say_what_made_them():
+    """notebooks/results/01_designs holds every run of sweeps/01_designs.yaml as it is today (a
+    scenario or sweep edit that changes what runs changes the hashes), with its provenance; each
+    whatif folder of notebook 03 has its table and its provenance."""
+    import pandas as pd
+
+    from wadiloco.experiments.sweep import load_sweep
+
+    plan = load_sweep(NB_DIR / "sweeps" / "01_designs.yaml")
+    res = NB_DIR / "results" / "01_designs"
+    runs = pd.read_csv(res / "runs.csv")
+    assert len(runs) == plan.expected_runs() and (runs["status"] == "ok").all()
+    shipped = runs.groupby("regime")["scenario_hash"].unique().map(list).to_dict()
+    assert shipped == {r.name: [r.digest] for r in plan.regimes}
+    prov = json.loads((res / "provenance.json").read_text())
+    assert [r["scenario_hash"] for r in prov["regimes"]] == [r.digest for r in plan.regimes]
+    assert prov["version"] and prov["sessions"]
+    for d in sorted((NB_DIR / "results" / "03_whatif").iterdir()):
+        table = pd.read_csv(d / "whatif.csv")
+        assert len(table) >= 2 and table["merges_min"].min() >= 2, d.name  # every answer rests on merges
+        assert json.loads((d / "whatif.json").read_text())["provenance"]["version"], d.name
