@@ -1,0 +1,109 @@
+"""The mechanism atlas (issue 15 item 5): experiments/atlas.yaml's layout, and a quick variant of it
+(a few cells, 60-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --readme`."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wadiloco.experiments import atlas_table as at
+from wadiloco.experiments.sweep import execute_plan, load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+ATLAS = ROOT / "experiments" / "atlas.yaml"
+POLICIES = {"no_sync", "fixed", "wa_diloco", "online_forecast", "offline_calibrated", "matched_random"}
+
+
+def _atlas() -> dict:
+    return yaml.safe_load(ATLAS.read_text(encoding="utf-8"))
+
+
+def test_the_atlas_crosses_designs_mitigations_regimes_and_policies():
+    spec = _atlas()
+    names = [r["name"] for r in spec["regimes"]]
+    cells = [at.parse_regime(n) for n in names]
+    assert all(c is not None for c in cells), "every regime is a cell or a control"
+    grid = {(c["design"], c["mitigation"], c["regime"]) for c in cells if not c["unlimited"]}
+    designs, mitigations = ("v1", "v0", "shared"), ("none", "async", "stagger", "streaming", "int8")
+    regimes = ("bursty", "aperiodic", "azure_conv", "mooncake")
+    assert set(itertools.product(designs, mitigations, regimes)) <= grid
+    assert ("testbed", "none", "stage12") in grid
+    controls = {(c["design"], c["unlimited"]) for c in cells if c["unlimited"]}
+    assert {(d, r) for d in designs for r in ("gpu", "host")} | {("testbed", "gpu")} == controls
+    assert {p["name"] for p in spec["policies"]} == POLICIES
+
+
+@pytest.mark.slow
+def test_every_atlas_cell_validates():
+    plan = load_sweep(ATLAS)  # every cell's scenario and policy validates (about 5 s: 68 scenarios)
+    assert len(plan.regimes) == len(_atlas()["regimes"])
+
+
+QUICK = {"v1__none__bursty", "v1__none__bursty__unl-host"}
+
+
+def _quick(tmp_path: Path) -> Path:
+    """atlas.yaml cut to one cell (v1, none, bursty) and its host control, 40-s windows on 2 seeds."""
+    spec = _atlas()
+    keep = QUICK
+    regimes = []
+    for r in spec["regimes"]:
+        if r["name"] in keep:
+            r = {**r, "path": str((ATLAS.parent / r["path"]).resolve())}
+            r["overrides"] = {**r["overrides"], "drain_s": 5, "merge.h_min": 16, "merge.h_max": 32}
+            regimes.append(r)
+    pols = []
+    for p in spec["policies"]:
+        if p.get("label") == "fixed_tb" or p["name"] == "online_forecast":
+            continue
+        p = {**p, "draws": 1} if "draws" in p else dict(p)
+        if "regimes" in p:
+            p["regimes"] = [n for n in p["regimes"] if n in keep]
+        if p.get("name") == "fixed":
+            p["params"] = {"H": 16}
+        pols.append(p)
+    spec.update(regimes=regimes, policies=pols, seeds=2, horizon_s=40, bootstrap={"n_resamples": 200, "seed": 0})
+    path = tmp_path / "atlas_quick.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_quick_atlas_writes_the_readme_section(tmp_path):
+    sweep, keep = _quick(tmp_path), QUICK
+    out = tmp_path / "out"
+    oc = execute_plan(load_sweep(sweep), out, workers=1, progress=False)  # no report: the table needs none
+    assert oc.errors == 0 and oc.ran == 14
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{at.START}\nold\n{at.END}\n\nafter\n", encoding="utf-8")
+    assert at.main([str(out), "--readme", str(readme)]) == 0
+    text = readme.read_text(encoding="utf-8")
+    assert "old" not in text and text.endswith(f"{at.END}\n\nafter\n")
+    assert "## When is a merge safe?" in text and "14 runs: 2 seeds, 40 s windows" in text and "![the atlas" in text
+    assert (tmp_path / "docs" / "atlas.png").read_bytes()[:4] == b"\x89PNG"
+    assert "**v1**:" in text and "unlimited: [host]" in text
+    cells = {r["name"]: r for r in at.cells(out)}
+    assert set(cells) == keep
+    for name in ("v1__none__bursty",):
+        r = cells[name]
+        for key in ("se_fixed", "se_wa", "gain_oracle", "gain_wa"):
+            assert len(r[key]) == 3 and r[key][0] == r[key][0], (name, key)  # a mean (not NaN)
+        assert r["merges_wa"] >= 1 and r["steps_wa"] > 0
+    table = [ln for ln in text.splitlines() if ln.startswith("| v1 |")]
+    assert len(table) == 1  # the cell; the control is in the paragraph
+
+
+@pytest.mark.parametrize(
+    "name,parts",
+    [
+        ("v1__none__bursty", ("v1", "none", "bursty", "")),
+        ("shared__none__bursty__unl-gpu", ("shared", "none", "bursty", "gpu")),
+        ("bursty", None),
+        ("a__b__c__d", None),
+    ],
+)
+def test_regime_names_parse(name, parts):
+    got = at.parse_regime(name)
+    assert (got and tuple(got.values())) == parts if parts else got is None
