@@ -40,7 +40,7 @@ UNL = "unl-"
 ORACLE, WA, FIXED, MR = "offline_calibrated", "wa_diloco", "fixed", "matched_random[wa_diloco]"
 CAPACITY_FILE = "atlas_capacity.json"
 # a coarse search per cell of one regime (bursty: a workload with a load to scale)
-CAPACITY = {"regime": "bursty", "attainment": 0.9, "lo": 0.1, "hi": 1.3, "tol": 0.1, "seeds": 2}
+CAPACITY = {"regime": "bursty", "attainment": 0.9, "lo": 0.1, "hi": 1.3, "tol": 0.05, "seeds": 2}
 DESIGNS = {  # what each design is, for the paragraphs
     "v1": "a dedicated serving GPU and a vLLM V1 engine, whose host work overlaps the GPU step",
     "v0": "a dedicated serving GPU and a vLLM V0 engine, whose host work runs in series with the GPU step",
@@ -299,7 +299,9 @@ INTRO = (
     "the no_sync run's on the same seed, in percentage points; placement gain is a policy's sync-excess minus the "
     "mean of `matched_random[wa_diloco]` on the same seed (negative: placed better than random at the same merge "
     "budget); a design's deciding resource is the one whose `fleet.unlimited` control removes the most of fixed's "
-    "sync-excess. Regenerate: `wadiloco sweep experiments/atlas.yaml --out DIR --workers 2`, then "
+    "sync-excess. Capacity cost: 1 - wa_diloco's largest load at 90% SLO attainment over no_sync's (bisection "
+    "to 0.05 of a sidecar's capacity, 2 seeds, bursty cells only). Regenerate: "
+    "`wadiloco sweep experiments/atlas.yaml --out DIR --workers 2`, then "
     "`python -m wadiloco.experiments.atlas_table DIR --capacity --readme README.md`."
 )
 
