@@ -288,6 +288,7 @@ def heatmap(recs: list[dict[str, Any]], path: str | Path) -> None:
             lim = max(0.5, float(np.nanmax(np.abs(m)))) if np.isfinite(m).any() else 1.0
             sns.heatmap(df, ax=ax, annot=True, fmt=".2f", cmap="RdBu_r", vmin=-lim, vmax=lim, cbar=True)
             ax.set_title(title)
+            ax.grid(False)
         fig.tight_layout()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(Path(path), png_bytes(fig))
