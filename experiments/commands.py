@@ -1,4 +1,4 @@
-"""Subcommands for single runs and for looking at the model: run, show, calibrate, policies, trace."""
+"""Subcommands for single runs and for looking at the model: run, show, calibrate, policies, routers, trace."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("policies", help="list merge policies with their parameters and defaults")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_policies)
+
+    p = sub.add_parser("routers", help="list routers (router.name) with their parameters and defaults")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(func=cmd_routers)
 
     p = sub.add_parser("trace", help="describe a request trace (Azure CSV or Mooncake JSONL)")
     p.add_argument("path", help="trace file")
@@ -312,6 +316,20 @@ def cmd_policies(args) -> int:
     for r in rows:
         tag = " [oracle]" if r["oracle"] else ""
         print(f"{r['name']}{tag}: {r['summary']}")
+        for k, v in r["params"].items():
+            print(f"    {k} = {v!r}")
+    return 0
+
+
+def cmd_routers(args) -> int:
+    from wadiloco.models.routers import describe_routers
+
+    rows = describe_routers()
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+        return 0
+    for r in rows:
+        print(f"{r['name']}: {r['summary']}")
         for k, v in r["params"].items():
             print(f"    {k} = {v!r}")
     return 0

@@ -151,6 +151,16 @@ def reach(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, flo
     return k, r
 
 
+def before(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float]:
+    """(k, run_time(k)) for the largest k in [1, kmax] whose run ends by t (1 if none does): a run
+    stopped there leaves the iteration in flight at t to a step of its own, so whatever looks at
+    the engine at t (a router) finds it as it would stepping one iteration at a time."""
+    k, r, _ = _search(t, g0, dg, h, kmax)
+    if k < 1:
+        return 1, run_time(1, g0, dg, h)
+    return k, r
+
+
 def split(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float]:
     """A run of kmax iterations stopped t after it began: (iterations done, time spent in the
     next one)."""

@@ -347,6 +347,14 @@ class PolicyConfig(Strict):
     params: dict[str, Any] = {}
 
 
+class RouterConfig(Strict):
+    """The router in front of the sidecars (models/routers; `wadiloco routers` lists them): `static`
+    keeps the workload's own dealing (workload.spread) and runs no router."""
+
+    name: str = "static"
+    params: dict[str, Any] = {}
+
+
 class MonitorConfig(Strict):
     pressure_window_s: float = Field(30.0, gt=0)
     sample_s: float = Field(1.0, gt=0, description="timeline sampling period")
@@ -366,6 +374,7 @@ class Scenario(Strict):
     interference: InterferenceConfig = InterferenceConfig()
     workload: dict[str, Any] = {"kind": "normal"}
     policy: PolicyConfig = PolicyConfig()
+    router: RouterConfig = RouterConfig()
     monitor: MonitorConfig = MonitorConfig()
     cotenant: CotenantConfig | None = None
     testbed_labels: LabelsConfig | None = None
@@ -444,6 +453,7 @@ OPT_IN_FIELDS = (
     "fleet.frontend_threads",
     "fleet.learner_threads_per_gpu",
     "interference.gpu_inner_weight",
+    "router",
 )
 
 

@@ -58,10 +58,11 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from wadiloco.models.batching import TODAYS_STEP, EngineStep, compose, reach, rest, run_time, split
+from wadiloco.models.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
 from wadiloco.models.kv import KVPool, blocks
 
 NAN = math.nan
+INF = math.inf
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
 
 
@@ -92,6 +93,18 @@ class Bound(Protocol):
     """The lookahead bound (sim.engine.Lookahead)."""
 
     until: float  # before this instant nothing will look at the engine or touch its links
+
+
+class _NoGate:
+    """The gate of an engine no router feeds: nothing arrives but its own arrays."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = INF
+
+
+NO_GATE = _NoGate()
 
 
 def delay_to(now: float, t: float) -> float:
@@ -141,6 +154,8 @@ class EngineState:
         + ("client", "tag")
         # the KV-cache block pool (models.kv; None: unlimited, today's engine)
         + ("kv", "admit_fn", "slow")
+        # a router's next instant (sim.routing.RouterProc.until; inf: no router): an idle engine waits for it
+        + ("gate",)
     )
 
     def __init__(
@@ -158,7 +173,8 @@ class EngineState:
     ):
         self.kv = kv
         self.admit_fn = self.admit if kv is None else self.admit_kv  # what `serve` admits with
-        self.slow = kv is not None  # `serve` books steps with _book_slow (a KV pool or a client)
+        self.slow = kv is not None  # `serve` books steps with _book_slow (a KV pool, a client, a log, a router)
+        self.gate = NO_GATE
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
         self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
@@ -194,6 +210,23 @@ class EngineState:
             raise ValueError("a closed-loop engine starts with no pre-drawn arrivals")
         client.start(self)
 
+    def route_in(self, t: float, prompt: int, output: int) -> None:
+        """A request a router hands this engine as it arrives at t (>= every arrival so far)."""
+        self.t_arr.append(t)
+        self.prompt.append(prompt)
+        self.output.append(output)
+        self.n += 1
+        self._grow()
+
+    def _grow(self) -> None:
+        if self.n > len(self.finish):  # unarrived requests have NaN results: growing is all it takes
+            cap = max(2 * len(self.finish), self.n, 64)
+            for name in ("admitted", "first_token", "finish"):
+                old = getattr(self, name)
+                new = np.full(cap, NAN)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
     def add(self, t: float, prompt, output, tag: int) -> None:
         """Requests arriving at t (>= now) with these token lengths: inserted into the not-yet-arrived
         tail, after any arriving at or before t, so the arrival order stays sorted. Only requests
@@ -207,13 +240,7 @@ class EngineState:
         self.output[pos:pos] = array("q", output)
         self.tag[pos:pos] = array("q", [tag]) * m
         self.n += m
-        if self.n > len(self.finish):  # unarrived requests have NaN results: growing is all it takes
-            cap = max(2 * len(self.finish), self.n, 64)
-            for name in ("admitted", "first_token", "finish"):
-                old = getattr(self, name)
-                new = np.full(cap, NAN)
-                new[: len(old)] = old
-                setattr(self, name, new)
+        self._grow()
 
     # -- queries (present state only) -------------------------------------------------------
     def queue_len(self, now: float) -> int:
@@ -425,13 +452,15 @@ class EngineState:
         return k
 
 
-def _book_slow(st: EngineState, k: int, chunks, end: float, diter: int, n_dec: int, sum_ctx: int):
+def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: int, n_dec: int, sum_ctx: int):
     """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
     pool (which books the iterations' blocks and takes back a finished request's) or a client (which
     hears of every request finished at `end`, also one-token requests finished by `first_tokens`,
     and may submit new ones: `add`). Returns the new (n_dec, sum_ctx) and the arrays' new length and
     `finish` (a client's may grow)."""
     kv, client = st.kv, st.client
+    if st.log is not None:
+        st.log.append((now, end))
     if kv is not None:
         kv.grow(k, diter - k, n_dec)
     if chunks:
@@ -478,21 +507,19 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module docstring)."""
     t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
     h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0  # h, f: today's
-    waiting, prefilling, fin_heap, finish, log = st.waiting, st.prefilling, st.fin_heap, st.finish, st.log
+    waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st.finish, st.gate
     prompt, output, pop, kv, admit = st.prompt, st.output, heapq.heappop, st.kv, st.admit_fn
     gpu_jobs, host_jobs, wait, Cut, slow = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut, st.slow
     now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
     k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; clock; speeds
     while True:
         if k:  # book the step in hand: k iterations ended at `end` (rule 4)
-            if log is not None:
-                log.append((now, end))
             diter += k
             sum_ctx += n_dec * k
             if slowed:
                 st.contended += k
             if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
-                n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, end, diter, n_dec, sum_ctx)
+                n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
             elif chunks:
                 n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
             while fin_heap and fin_heap[0][0] <= diter:
@@ -506,14 +533,15 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             waiting.append(i)
             i += 1
         st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
-        if not n_dec and not prefilling and not waiting:  # idle until the next arrival
-            if i >= n:
+        if not n_dec and not prefilling and not waiting:  # idle until the next arrival (or a router's)
+            if i >= n and gate.until == INF:
                 return
-            k, span = 0, t_arr[i] - now
+            k, span = 0, (t_arr[i] if i < n else gate.until) - now
             end = now + span
             if end >= bound.until:
                 yield wait(span if t_sim == now else delay_to(t_sim, end))
                 t_sim = end
+            n, finish = st.n, st.finish  # (a router may have handed it requests meanwhile)
             continue
         if prefilling or waiting or kv is not None:  # rules 2 and 3 (a KV pool may preempt: admit_kv)
             chunks, pf, n_dec, sum_ctx = admit(now, n_dec, sum_ctx)
@@ -538,8 +566,9 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
         if ff and n_dec and not chunks:
             k = fin_heap[0][0] - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
             span = run_time(k, sg, sdg, sh)
-            if k > 1 and i < n and n_dec < max_seqs and span > t_arr[i] - now:
-                k, span = reach(t_arr[i] - now, sg, sdg, sh, k)  # stop for an arrival it could admit
+            if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
+                # stop for an arrival it could admit, or before the iteration in flight when a router looks
+                k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
         end = now + span
         if end < bound.until:
             continue

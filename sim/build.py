@@ -26,6 +26,7 @@ from wadiloco.models.workloads import WORKLOADS, Arrivals, generate_arrivals
 from wadiloco.models.workloads import make_clients as workload_clients
 from wadiloco.sim.engine import Lookahead, Sidecar
 from wadiloco.sim.resources import HostRes
+from wadiloco.sim.routing import routed_inputs
 
 
 def checks_on(sc: Scenario, check: bool | None) -> bool:
@@ -183,8 +184,10 @@ def make_sidecars(
     clients: list | None = None,
 ) -> list[Sidecar]:
     """One engine per sidecar, on its host's GPU and CPU path; `la` bounds how far it runs ahead;
-    with `clients` (closed loop), each engine serves its client's requests."""
+    with `clients` (closed loop), each engine serves its client's requests; with a router
+    (sim.routing), none starts with arrivals: the router hands them over."""
     per_host, step = sc.fleet.sidecars_per_host, engine_step(sc)
+    arrivals = routed_inputs(sc, arrivals)
     return [
         Sidecar(
             env,

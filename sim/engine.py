@@ -141,6 +141,7 @@ class Sidecar:
     @iter_log.setter
     def iter_log(self, log: list[tuple[float, float]] | None) -> None:
         self.core.log = log
+        self.core.slow = self.core.slow or log is not None  # (the engine books a logged step in _book_slow)
 
     # -- the Clock the engine runs on --------------------------------------------------------------
     def _wake(self) -> None:

@@ -43,6 +43,7 @@ from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
 from wadiloco.sim.monitor import Monitor
 from wadiloco.sim.resources import Resources
+from wadiloco.sim.routing import make_router
 from wadiloco.sim.training import MergeRecord, Trainer
 
 
@@ -79,8 +80,7 @@ class Fleet:
         latency: LatencyModel | None = None,
         lookahead: bool = True,
     ):
-        """`arrivals` replaces the generated workload (metamorphic tests); `lookahead=False` keeps
-        every engine on the SimPy clock (results are identical, only slower)."""
+        """`arrivals` replaces the workload (metamorphic tests); `lookahead=False`: same results, slower."""
         self.r = r
         self.sc = sc = r.scenario
         self.seed, self.draw = int(seed), draw
@@ -97,6 +97,7 @@ class Fleet:
         self.sidecars = make_sidecars(
             env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
         )
+        self.router = make_router(sc, self.seed, env, self.sidecars, self.arrivals, bound, self.clients)
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
@@ -163,6 +164,8 @@ class Fleet:
         t0 = time.perf_counter()
         self.bound.start()
         self.env.run(until=self.bound.end)
+        if self.router is not None:  # each sidecar's requests are what the router gave it
+            self.arrivals = self.router.delivered()
         wall = time.perf_counter() - t0
         merges = self.trainer.completed_merges()
         slo = self.sc.slo
@@ -237,6 +240,8 @@ class Fleet:
             }
         )
         summary.update(kv_summary(self.sidecars))  # only with KV pools (engine.kv_blocks): their keys
+        if self.router is not None:  # only then (router.name not static)
+            summary["router"] = self.router.summary()
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
         if self.cotenant is not None:  # only then: the default summary keeps its keys

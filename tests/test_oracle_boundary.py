@@ -17,6 +17,7 @@ from policy_cases import corridor_params, registered
 from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.policies import POLICIES, make_policy
 from wadiloco.models.policies.base import FutureView, PolicyContext
+from wadiloco.models.routers import ROUTERS
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
@@ -133,3 +134,31 @@ def test_fleet_hands_the_future_only_to_oracles(setting, monkeypatch):
     for name in POLICIES:
         Fleet(resolve(sc, name, _fitted(name)), 0, **kw)
     assert sorted(seen) == ORACLES != []
+
+
+# Routers see only the present (models/routers/base.py): the sidecar each request before t went
+# to cannot change when arrivals after t change. The rest of the registry runs under -m slow.
+_FAST_ROUTERS = ("least_outstanding", "merge_aware", "random")
+ROUTED = [
+    pytest.param(n, marks=() if n in _FAST_ROUTERS else pytest.mark.slow, id=n)
+    for n, c in sorted(ROUTERS.items())
+    if not c.static
+]
+
+
+@pytest.mark.parametrize("name", ROUTED)
+def test_routing_before_t_ignores_arrivals_after_t(setting, name):
+    sc, arr = setting
+    sc = with_overrides(sc, {"router.name": name})
+
+    def routed(r):
+        q = r.requests
+        m = q["arrival"] < T_CUT
+        return sorted(zip(q["arrival"][m].tolist(), q["prompt"][m].tolist(), q["sidecar"][m].tolist()))
+
+    same = simulate(sc, 0, arrivals=arr["same"], check=True)
+    add = simulate(sc, 0, arrivals=arr["add"], check=True)
+    base = routed(same)
+    assert len({s for _, _, s in base}) == sc.fleet.n_sidecars and same.summary["merges"] >= 1
+    assert routed(add) == base, f"{name}: routing before t changed when arrivals after t did"
+    assert add.summary["requests"] > same.summary["requests"]

@@ -1,0 +1,127 @@
+"""The router in front of the sidecars on SimPy: one process that, at each arrival instant, asks
+the scenario's router (models/routers) for a sidecar and hands it the request.
+
+With `router.name: static` (the default) there is no process: the workload's own dealing is each
+engine's pre-drawn arrivals, as before. Any other router takes the fleet-wide arrivals in time
+order (ties in the dealt order) and routes each at its arrival instant, from a `View` of the
+engines' present state. The router is a lookahead source (its next arrival), so no engine runs past
+an instant it routes at, and it is each routed engine's `gate`: an idle engine waits until the
+router's next instant instead of ending (models.serving `serve`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from wadiloco.models.errors import InputError
+from wadiloco.models.rng import stream
+from wadiloco.models.routers import ROUTERS, parse_router
+from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.engine import Sidecar, delay_to
+
+INF = math.inf
+MERGE_TAGS = ("merge", "hold")  # jobs sim/merge.py puts on the links (a co-tenant's are "cotenant")
+
+
+class View:
+    """The present state of the sidecars, all a router may read (models.routers.RouterView)."""
+
+    def __init__(self, sidecars: list[Sidecar]):
+        self.sidecars = sidecars
+        self.n = len(sidecars)
+        self.now = 0.0
+
+    def outstanding(self, s: int) -> int:
+        sc = self.sidecars[s]
+        return sc.queue_len(self.now) + sc.running()
+
+    def kv_free(self, s: int) -> float:
+        kv = self.sidecars[s].core.kv
+        return INF if kv is None else kv.cap - kv.used
+
+    def pressing(self, s: int) -> bool:
+        sc = self.sidecars[s]
+        return any(j.tag[0] in MERGE_TAGS for link in (sc.gpu, sc.host) for j in link.jobs)
+
+
+def is_routed(sc) -> bool:
+    """Whether a router process runs (an unknown name: make_router reports it)."""
+    cls = ROUTERS.get(sc.router.name)
+    return cls is None or not cls.static
+
+
+class RouterProc:
+    """Routes the fleet's arrivals one instant at a time; `until` is the next instant (the engines'
+    gate and a lookahead source: `next_at`), `routed` how many went to each sidecar."""
+
+    def __init__(self, env, router, sidecars: list[Sidecar], arrivals: list[Arrivals], bound_changed):
+        self.env, self.router, self.sidecars, self.bound_changed = env, router, sidecars, bound_changed
+        t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
+        order = np.argsort(t, kind="stable")
+        self.t = t[order].tolist()
+        self.prompt = np.concatenate([a.prompt for a in arrivals])[order].tolist() if arrivals else []
+        self.output = np.concatenate([a.output for a in arrivals])[order].tolist() if arrivals else []
+        self.view = View(sidecars)
+        self.until = self.t[0] if self.t else INF
+        self.routed = [0] * len(sidecars)
+        for s in sidecars:  # (before the run: `serve` reads both when it starts)
+            s.core.gate = self
+            s.core.slow = True  # its booking refreshes the request count the router grows
+        env.process(self._run())
+
+    def next_at(self) -> float:
+        return self.until
+
+    def _run(self):
+        env, t, n, view, route = self.env, self.t, len(self.t), self.view, self.router.route
+        j = 0
+        while j < n:
+            now = t[j]
+            if env.now < now:
+                yield env.timeout(delay_to(env.now, now))
+            view.now = now
+            while j < n and t[j] == now:
+                s = route(view, self.prompt[j], self.output[j], -1)
+                self.sidecars[s].core.route_in(now, self.prompt[j], self.output[j])
+                self.routed[s] += 1
+                j += 1
+            self.until = t[j] if j < n else INF
+            self.bound_changed()
+
+    def summary(self) -> dict:
+        return {"name": self.router.name, "params": self.router.p.model_dump(mode="json"), "routed": self.routed}
+
+    def delivered(self) -> list[Arrivals]:
+        """Each sidecar's requests as routed (what its rows of the request table are), and the
+        sidecars' result arrays as of now (they grew as requests came)."""
+        out = []
+        for s in self.sidecars:
+            c = s.core
+            s.admitted, s.first_token, s.finish = s.results()
+            s.t_arr = np.array(c.t_arr, dtype=np.float64)
+            out.append(Arrivals(s.t_arr.copy(), np.array(c.prompt, np.int64), np.array(c.output, np.int64)))
+        return out
+
+
+def routed_inputs(sc, arrivals: list[Arrivals]) -> list[Arrivals]:
+    """What each engine starts with: the dealt arrivals, or (a router routes them) nothing."""
+    if not is_routed(sc):
+        return arrivals
+    empty = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+    return [empty] * len(arrivals)
+
+
+def make_router(sc, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals], bound, clients=None):
+    """The run's router process, or None for `static` (the engines keep the dealt arrivals); it is a
+    source of the lookahead `bound` (sim.lookahead.LookaheadBound)."""
+    if not is_routed(sc):
+        return None
+    if clients is not None:
+        raise InputError(sc.source, "router.name", "a closed-loop workload creates each sidecar's requests: use static")
+    cls, params = parse_router(sc.router.name, sc.router.params, sc.source)
+    router = cls(params, stream(seed, "router", sc.router.name))
+    proc = RouterProc(env, router, sidecars, arrivals, bound.changed)
+    bound.watch(proc.next_at)
+    return proc
