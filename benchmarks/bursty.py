@@ -22,6 +22,10 @@ from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"
+# The engine-fidelity variants timed beside the plain run (issue 14): a KV pool that runs short in
+# the bursts (preemption; no prefix cache yet), and a router that hands over every arrival.
+KV = {"engine.kv_blocks": 5000}
+ROUTER = {"router.name": "least_outstanding"}
 
 
 def median(xs) -> float:
@@ -68,14 +72,18 @@ def time_fleet(sc: Scenario, seed: int) -> dict:
 
 
 def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
-    """The fleet in fast-forward and in per-iteration mode, interleaved."""
+    """The fleet in fast-forward and in per-iteration mode, and fast-forward with a KV pool and with
+    a router (KV, ROUTER), interleaved."""
     ff_sc = with_overrides(sc, {"engine.fast_forward": True})
     it_sc = with_overrides(sc, {"engine.fast_forward": False})
+    kv_sc, rt_sc = with_overrides(ff_sc, KV), with_overrides(ff_sc, ROUTER)
     time_fleet(with_overrides(sc, {"horizon_s": min(30.0, sc.horizon_s)}), seed)  # warm-up (imports, fit)
-    ff, it = [], []
+    ff, it, kv, rt = [], [], [], []
     for _ in range(runs):
         ff.append(time_fleet(ff_sc, seed))
         it.append(time_fleet(it_sc, seed))
+        kv.append(time_fleet(kv_sc, seed))
+        rt.append(time_fleet(rt_sc, seed))
     # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
     diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
 
@@ -96,6 +104,8 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     return {
         "fast_forward": summary(ff),
         "per_iteration": summary(it),
+        "kv": {**summary(kv), "params": KV, "preemptions": kv[0]["result"].summary["preemptions"]},
+        "router": {**summary(rt), "params": ROUTER},
         "fastforward_speedup": median(b["wall_s"] / a["wall_s"] for a, b in zip(ff, it)),
         "ff_vs_per_iteration_max_diff_s": diff,
     }
@@ -174,6 +184,8 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
     ff = fl["fast_forward"]
     return {
         "realtime_factor_bursty": ff["realtime_factor"],
+        "realtime_factor_bursty_kv": fl["kv"]["realtime_factor"],
+        "realtime_factor_bursty_router": fl["router"]["realtime_factor"],
         "heapq_ratio": hq["heapq_ratio"],
         "fastforward_speedup": fl["fastforward_speedup"],
         "bursty": {
@@ -185,6 +197,8 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
             "seed": seed,
             **{k: v for k, v in ff.items()},
             "per_iteration": fl["per_iteration"],
+            "kv": fl["kv"],
+            "router": fl["router"],
             "ff_vs_per_iteration_max_diff_s": fl["ff_vs_per_iteration_max_diff_s"],
         },
         "heapq": hq,
