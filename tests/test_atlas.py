@@ -27,7 +27,7 @@ def test_the_atlas_crosses_designs_mitigations_regimes_and_policies():
     cells = [at.parse_regime(n) for n in names]
     assert all(c is not None for c in cells), "every regime is a cell or a control"
     grid = {(c["design"], c["mitigation"], c["regime"]) for c in cells if not c["unlimited"]}
-    designs, mitigations = ("v1", "v0", "shared"), ("none", "async", "stagger", "streaming", "int8")
+    designs, mitigations = ("v1", "v0", "shared", "shared_ts"), ("none", "async", "stagger", "streaming", "int8")
     regimes = ("bursty", "aperiodic", "azure_conv", "mooncake")
     assert set(itertools.product(designs, mitigations, regimes)) <= grid
     assert ("testbed", "none", "stage12") in grid
