@@ -17,6 +17,7 @@ from collections.abc import Callable
 from wadiloco.models.interference import InterferenceWeights
 from wadiloco.models.scenario import Scenario
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
+from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.resources import Resources
 
 
@@ -31,9 +32,16 @@ class Checkpointer:
     merge CPU work as (kind, host, start, end)."""
 
     def __init__(
-        self, env, sc: Scenario, w: InterferenceWeights, res: Resources, path: Callable, bound_changed: Callable
+        self,
+        env,
+        sc: Scenario,
+        w: InterferenceWeights,
+        res: Resources,
+        path: Callable,
+        bound_changed: Callable,
+        gs: GpuShare,
     ):
-        self.env, self.sc, self.w, self.res = env, sc, w, res
+        self.env, self.sc, self.w, self.res, self.gs = env, sc, w, res, gs
         self.path, self.bound_changed = path, bound_changed
         self.host_work: list[tuple[str, int, float, float]] = []
         self._background = None  # the save in flight (async), a SimPy process
@@ -99,8 +107,8 @@ class Checkpointer:
         staged = []
         for hr in self.res.hosts:
             holds = [hold(c, w.host_stage, "ckpt_stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []
-            if self.sc.fleet.colocation == "same_gpu" and w.gpu_stage > 0:
-                holds += [hold(g, w.gpu_stage, "ckpt_stage") for g in hr.gpus]  # copies as _stage's
+            if self.gs.shared:  # the copies press on the GPUs training shares, as the stage phase's do
+                holds += self.gs.holds(hr, w.gpu_stage, "ckpt_stage")
             j = hr.pcie.fabric.start([hr.pcie], gbits, 1.0, INF, ("merge", "ckpt_stage"))
             j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
             staged.append(j.done)

@@ -51,7 +51,7 @@ class MergeExecutor:
         self.gs = gs
         self.bound_changed = bound_changed
         self.active = False
-        self.ckpt = Checkpointer(env, sc, w, res, self._path, bound_changed)
+        self.ckpt = Checkpointer(env, sc, w, res, self._path, bound_changed, gs)
         self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
         self._last = sc.merge.phases[-1] if sc.merge.phases else None
         self._running = 0  # phases running now (fragments of a streaming round overlap)

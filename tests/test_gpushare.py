@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.config import resolve, scenario_from_dict
+from wadiloco.models.config import resolve, scenario_from_dict, with_overrides
 from wadiloco.models.interference import default_weights
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import Fleet, simulate
@@ -140,3 +140,18 @@ def test_lookahead_stays_bit_identical(fleet):
     for k in off.requests:
         np.testing.assert_array_equal(on.requests[k], off.requests[k], err_msg=k)
     assert [(m.start, m.end) for m in on.merges] == [(m.start, m.end) for m in off.merges]
+
+
+@pytest.mark.parametrize("mode,reaches", [("mig", False), ("merges", True)])
+def test_async_checkpoint_copies_reach_the_serving_gpu_only_where_training_shares_it(mode, reaches):
+    """DCP-style async staging copies press on the GPUs training shares: under `mig` the sidecar's
+    slice is its own, so even a copy weight of 50 leaves serving exactly as with none."""
+
+    def run(weight):
+        sc = with_overrides(_sc(mode), {"merge.checkpoint_mode": "async", "interference.gpu_stage_weight": weight})
+        return simulate(sc, 0)
+
+    light, heavy = run(0.0), run(50.0)
+    assert light.summary["merges"] > 0
+    same = np.array_equal(light.requests["finish"], heavy.requests["finish"], equal_nan=True)
+    assert same != reaches
