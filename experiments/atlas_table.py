@@ -339,14 +339,9 @@ def render(recs: list[dict[str, Any]], figure: str | None, meta: dict[str, Any] 
 
 
 def update_readme(path: str | Path, text: str) -> None:
-    from wadiloco.experiments.output import write_atomic
+    from wadiloco.experiments.output import replace_section
 
-    p = Path(path)
-    body = p.read_text(encoding="utf-8")
-    i, j = body.find(START), body.find(END)
-    if i < 0 or j < i or body.count(START) != 1 or body.count(END) != 1:
-        raise ValueError(f"{p}: expected exactly one {START} followed by one {END}")
-    write_atomic(p, body[: i + len(START)] + "\n" + text.rstrip("\n") + "\n" + body[j:])
+    replace_section(path, START, END, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,3 +188,16 @@ def requests_csv(req: dict[str, np.ndarray]) -> str:
     buf = io.StringIO()
     pd.DataFrame(labelled_requests(req)).to_csv(buf, index=False, float_format="%.9g")
     return buf.getvalue()
+
+
+def replace_section(path: str | Path, start: str, end: str, text: str) -> None:
+    """Rewrite what lies between a file's `start` and `end` markers (the README section a table
+    command regenerates), atomically; each marker must appear once, `start` first."""
+    p = Path(path)
+    body = p.read_text(encoding="utf-8")
+    i, j = body.find(start), body.find(end)
+    if i < 0 or j < 0:
+        raise ValueError(f"{p}: markers {start} and {end} not found; add them where the table goes")
+    if j < i or body.count(start) != 1 or body.count(end) != 1:
+        raise ValueError(f"{p}: expected exactly one {start} followed by one {end}")
+    write_atomic(p, body[: i + len(start)] + "\n" + text.rstrip("\n") + "\n" + body[j:])

@@ -299,21 +299,10 @@ def _policy_row(row: dict, regime: str, draws: dict[str, int], full: bool) -> li
     ]
 
 
-def replace_between_markers(text: str, table: str, where: str = "README") -> str:
-    i, j = text.find(START), text.find(END)
-    if i < 0 or j < 0:
-        raise ValueError(f"{where}: markers {START} and {END} not found; add them where the table goes")
-    if j < i or text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(f"{where}: expected exactly one {START} followed by one {END}")
-    return text[: i + len(START)] + "\n" + table.rstrip("\n") + "\n" + text[j:]
-
-
 def update_readme(path: str | Path, table: str) -> None:
-    from wadiloco.experiments.output import write_atomic
+    from wadiloco.experiments.output import replace_section
 
-    p = Path(path)
-    new = replace_between_markers(p.read_text(encoding="utf-8"), table, str(p))
-    write_atomic(p, new)
+    replace_section(path, START, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 from wadiloco.experiments import testbed_predict as tp
 from wadiloco.experiments import testbed_sensitivity as ts
-from wadiloco.experiments.output import to_jsonable, write_atomic
+from wadiloco.experiments.output import replace_section, to_jsonable
 
 START = "<!-- testbed-table:start -->"
 END = "<!-- testbed-table:end -->"
@@ -145,12 +145,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def update_readme(path: str | Path, table: str) -> None:
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    i, j = text.find(START), text.find(END)
-    if i < 0 or j < i or text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(f"{p}: expected exactly one {START} followed by one {END}")
-    write_atomic(p, text[: i + len(START)] + "\n" + table.rstrip("\n") + "\n" + text[j:])
+    replace_section(path, START, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:
