@@ -1,7 +1,8 @@
 """prefix_affinity: requests that share a prefix go to the same sidecar (a hash of the prefix key:
 the first prefix block of a Mooncake row), unless it has `max_imbalance` more outstanding requests
 than the least loaded one, when the request goes there instead; requests with no key go to the
-least loaded (SGLang's cache-aware router balances the same way)."""
+least loaded (SGLang's cache-aware router balances the same way). Until the prefix cache lands, no
+workload passes keys (sim.routing routes every request with key -1), so it balances as least_outstanding."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ class AffinityParams(Params):
 @register
 class PrefixAffinity(Router):
     name = "prefix_affinity"
-    summary = "same prefix, same sidecar (hash of the first prefix block), unless it is max_imbalance busier"
+    summary = (
+        "same prefix, same sidecar (hash of the first prefix block), unless it is max_imbalance busier; "
+        "no workload gives prefix keys yet (issue 14 item 3), so for now it balances as least_outstanding"
+    )
     Params = AffinityParams
 
     def route(self, view: RouterView, prompt: int, output: int, key: int) -> int:
