@@ -31,10 +31,28 @@ Lengths = Callable[[int, int], tuple[np.ndarray, np.ndarray]]
 HEAD = 64  # requests per client, in creation order, whose lengths identify a closed loop's load
 
 
-class _Head:
-    """The token lengths of a client's first HEAD requests, as it created them. Arrival times depend
-    on the engine (so on the policy); what the clients send must not: this is what runs of one seed
-    are compared by (load_hash), so a policy that disturbed the token streams shows as a mismatch."""
+class _Loop:
+    """What both loops share: the serving window, the global index of the next request, and the
+    token lengths of the first HEAD requests as they were created. Arrival times depend on the
+    engine (so on the policy); what the clients send must not: this is what runs of one seed are
+    compared by (load_hash), so a policy that disturbed the token streams shows as a mismatch."""
+
+    def __init__(self, lengths: Lengths, start_s: float, horizon_s: float):
+        self.lengths, self.start_s, self.horizon_s = lengths, start_s, horizon_s
+        self.index = 0  # global request index of the next request
+        self.head_prompt: list[int] = []
+        self.head_output: list[int] = []
+
+    @property
+    def created(self) -> int:
+        return self.index
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The lengths of the next n requests (noted while within the head); the index moves on."""
+        prompt, output = self.lengths(self.index, n)
+        self._note(prompt, output)
+        self.index += n
+        return prompt, output
 
     def _note(self, prompt, output) -> None:
         room = HEAD - len(self.head_prompt)
@@ -75,23 +93,16 @@ class Concurrency:
         return self.busy if (t + self.phase_s) % self.period_s < self.window_s else self.quiet
 
 
-class BatchLoop(_Head):
+class BatchLoop(_Loop):
     """Whole batches, one after another (module docstring). `starts`, `sizes`, `ends` per batch."""
 
     def __init__(self, conc: Concurrency, lengths: Lengths, start_s: float, horizon_s: float, gap_s: float = 0.0):
-        self.conc, self.lengths = conc, lengths
-        self.start_s, self.horizon_s, self.gap_s = start_s, horizon_s, gap_s
+        super().__init__(lengths, start_s, horizon_s)
+        self.conc, self.gap_s = conc, gap_s
         self.starts: list[float] = []
         self.sizes: list[int] = []
         self.ends: list[float] = []
-        self.index = 0  # global request index of the next request
         self.out = 0  # requests of the current batch not finished
-        self.head_prompt: list[int] = []
-        self.head_output: list[int] = []
-
-    @property
-    def created(self) -> int:
-        return self.index
 
     def start(self, st) -> None:
         self._submit(st, self.start_s)
@@ -100,10 +111,8 @@ class BatchLoop(_Head):
         if not t < self.horizon_s:
             return
         c = self.conc.at(t)
-        prompt, output = self.lengths(self.index, c)
-        self._note(prompt, output)
+        prompt, output = self._draw(c)
         st.add(t, prompt, output, len(self.starts))
-        self.index += c
         self.out = c
         self.starts.append(t)
         self.sizes.append(c)
@@ -146,21 +155,14 @@ class BatchLoop(_Head):
             raise InvariantError("closed loop: the loop stopped before the horizon")
 
 
-class UsersLoop(_Head):
+class UsersLoop(_Loop):
     """N users, each with at most one request out (module docstring). `think(user)` gives a user's
     next think time (s, >= 0), deterministic per user whatever the order users finish in."""
 
     def __init__(self, users: int, think: Callable[[int], float], lengths: Lengths, start_s: float, horizon_s: float):
-        self.users, self.think, self.lengths = users, think, lengths
-        self.start_s, self.horizon_s = start_s, horizon_s
-        self.index = 0
+        super().__init__(lengths, start_s, horizon_s)
+        self.users, self.think = users, think
         self.sent = [0] * users
-        self.head_prompt: list[int] = []
-        self.head_output: list[int] = []
-
-    @property
-    def created(self) -> int:
-        return self.index
 
     def start(self, st) -> None:
         for u in range(self.users):
@@ -169,10 +171,8 @@ class UsersLoop(_Head):
     def _send(self, st, user: int, t: float) -> None:
         if not t < self.horizon_s:
             return
-        prompt, output = self.lengths(self.index, 1)
-        self._note(prompt, output)
+        prompt, output = self._draw(1)
         st.add(t, prompt, output, user)
-        self.index += 1
         self.sent[user] += 1
 
     def finished(self, st, rids: list[int], end: float) -> None:
