@@ -125,31 +125,57 @@ def test_overrides_revalidate():
         with_overrides(sc, {"fleet.nope": 1})
 
 
-def _cli(*args, cwd=None):
+def _subprocess_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "wadiloco.experiments.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+        [sys.executable, "-m", "wadiloco.experiments.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 
+def _cli(capsys, *args) -> tuple[int, str]:
+    """The CLI's main() in this process (what the console script calls), its exit code and stderr. A
+    subprocess costs a second of imports; test_cli_in_a_real_process covers the process boundary."""
+    from wadiloco.experiments.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:  # argparse's own usage errors
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("patch,field", BAD[:6] + BAD[14:16] + BAD[21:23], ids=lambda x: str(x)[:20])
-def test_cli_bad_scenario_exit_2_no_traceback_no_output(tmp_path, patch, field):
+def test_cli_bad_scenario_exit_2_no_traceback_no_output(tmp_path, capsys, patch, field):
     p = _write(tmp_path, _merge(BASE, patch))
     out = tmp_path / "out"
-    r = _cli("run", str(p), "--out", str(out))
+    rc, err = _cli(capsys, "run", str(p), "--out", str(out))
+    assert rc == 2, err
+    assert "Traceback" not in err and field in err and str(p) in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cli_unknown_policy_and_bad_param(capsys):
+    sc = ROOT / "scenarios" / "normal.yaml"
+    rc, err = _cli(capsys, "run", str(sc), "--policy", "bogus")
+    assert rc == 2 and "unknown policy" in err and "Traceback" not in err
+    rc, err = _cli(capsys, "run", str(sc), "--policy", "fixed", "--param", "H=zero")
+    assert rc == 2 and "H" in err and "Traceback" not in err
+    rc, err = _cli(capsys, "run", str(sc), "--seed", "x")
+    assert rc == 2 and "Traceback" not in err
+
+
+def test_cli_in_a_real_process(tmp_path):
+    """The same checks across a real process boundary: exit status 2, one line, no traceback, no output."""
+    patch, field = BAD[0]
+    p = _write(tmp_path, _merge(BASE, patch))
+    out = tmp_path / "out"
+    r = _subprocess_cli("run", str(p), "--out", str(out))
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and field in r.stderr and str(p) in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not out.exists() or not any(out.iterdir())
-
-
-def test_cli_unknown_policy_and_bad_param(tmp_path):
-    sc = ROOT / "scenarios" / "normal.yaml"
-    r = _cli("run", str(sc), "--policy", "bogus")
+    r = _subprocess_cli("run", str(ROOT / "scenarios" / "normal.yaml"), "--policy", "bogus")
     assert r.returncode == 2 and "unknown policy" in r.stderr and "Traceback" not in r.stderr
-    r = _cli("run", str(sc), "--policy", "fixed", "--param", "H=zero")
-    assert r.returncode == 2 and "H" in r.stderr and "Traceback" not in r.stderr
-    r = _cli("run", str(sc), "--seed", "x")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
 def _count_calls(monkeypatch, module, name: str) -> list:
