@@ -109,12 +109,17 @@ NO_GATE = _NoGate()
 
 def delay_to(now: float, t: float) -> float:
     """A delay d with now + d == t in floating point, so that a wait set from the simulator's
-    clock `now` ends at exactly the engine's own clock value t (t - now alone can miss by an ulp)."""
+    clock `now` ends at exactly the engine's own clock value t (t - now alone can miss by an ulp).
+    When no d gives t exactly (now + d steps over it: round-half-even), the smallest d past it: a
+    wait never ends before t (an engine woken an ulp early, idle until a router's instant t, would
+    wait 0 s at that earlier instant for ever)."""
     d = t - now
     while now + d < t:
         d = math.nextafter(d, math.inf)
     while now + d > t:
         d = math.nextafter(d, -math.inf)
+    if now + d < t:
+        d = math.nextafter(d, math.inf)
     return d
 
 

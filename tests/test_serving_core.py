@@ -18,7 +18,7 @@ import pytest
 
 from wadiloco.models import batching
 from wadiloco.models.latency import LatencyModel
-from wadiloco.models.serving import EngineState, serve
+from wadiloco.models.serving import EngineState, delay_to, serve
 
 A, B, C, D = 2.0**-8, 2.0**-12, 2.0**-16, 2.0**-10  # s; s per prefill token; s per context token; s per sequence
 H = 2.0**-7  # host work per iteration
@@ -262,3 +262,17 @@ def test_closed_forms_equal_the_explicit_sums():
             assert batching.split(t, g0, dg, h, k) == (done, t - ends[done])
             first = next((j for j in range(1, k + 1) if ends[j] >= t), k)
             assert batching.reach(t, g0, dg, h, k) == (first, ends[first])
+
+
+def test_delay_to_never_ends_a_wait_early():
+    """From 0.028749778580818522 no delay lands on 0.19909221667216828 exactly (the sums step over
+    it); the wait must end after it, not an ulp before: an idle engine woken early waited 0 s for a
+    router's instant for ever (prefix_affinity on the Mooncake trace, tests/test_prefix.py)."""
+    now, t = 0.028749778580818522, 0.19909221667216828
+    d = delay_to(now, t)
+    assert now + d > t and now + math.nextafter(d, 0.0) < t
+    rnd = random.Random(1)
+    for _ in range(2000):
+        a, b = sorted(rnd.uniform(0, 100) for _ in range(2))
+        d = delay_to(a, b)
+        assert a + d >= b and (a + d == b or a + math.nextafter(d, 0.0) < b)
