@@ -6,7 +6,8 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
                           model, one sidecar, no merges, same arrivals and latency model), same run;
   fastforward_speedup     per-iteration stepping time over fast-forward time, same scenario;
   realtime_factor_bursty_kv / _router  the same with a KV pool that runs short (engine.kv_blocks
-                          5000: preemptions) and with a router (least_outstanding), fast-forward on,
+                          6000: preemptions) and prefix caching on (engine.prefix_cache, shared
+                          system prompts), and with a router (least_outstanding), fast-forward on,
                           timed interleaved with the plain run (benchmarks/bursty.py KV, ROUTER);
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
 largest disagreement in per-request times between the modes and the reference (a sanity check;
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{h['heapq_ratio_per_iteration']:.2f}   "
         f"(max |engine - reference| {h['engine_vs_reference_max_diff_s']:.2g} s)",
         f"realtime_factor_bursty {out['realtime_factor_bursty']:.0f}   with a KV pool {b['kv']['params']} "
-        f"({b['kv']['preemptions']} preemptions) {out['realtime_factor_bursty_kv']:.0f}   with a router "
+        f"({b['kv']['preemptions']} preemptions, prefix hit rate {b['kv']['prefix_hit_rate']:.3f}) "
+        f"{out['realtime_factor_bursty_kv']:.0f}   with a router "
         f"{b['router']['params']} {out['realtime_factor_bursty_router']:.0f}",
     ]
     if "sweep" in out:

@@ -23,6 +23,7 @@ def run_engine(
     until: float | None = None,
     step: EngineStep = TODAYS_STEP,
     kv=None,
+    prefix=None,
 ) -> tuple[Sidecar, simpy.Environment]:
     """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`)."""
     env = simpy.Environment()
@@ -43,6 +44,7 @@ def run_engine(
         step=step,
         front=front,
         kv=kv,
+        prefix=prefix,
     )
     env.run(until)
     return sc, env

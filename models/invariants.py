@@ -83,11 +83,12 @@ def check_kv(sidecar: int, st) -> None:
     if kv is None:
         return
     bs, held, cnt = kv.bs, 0, [0] * kv.bs
+    shared = kv.shared  # blocks a prefix cache holds for a request (models.prefix): counted once, reserved
     for rid in st.prefilling:
-        held += -(-st.prompt[rid] // bs)
+        held += -(-st.prompt[rid] // bs) - shared.get(rid, 0)
     for due, rid in st.fin_heap:
         total = st.prompt[rid] + st.output[rid]
-        held += -(-(total - due + st.diter - 1) // bs)
+        held += -(-(total - due + st.diter - 1) // bs) - shared.get(rid, 0)
         cnt[(due + 1 - total) % bs] += 1
     free = kv.cap - kv.used
     if held != kv.used or free < 0 or held + kv.reserved + free != kv.pool:
@@ -95,5 +96,7 @@ def check_kv(sidecar: int, st) -> None:
             f"KV conservation, sidecar {sidecar}: requests hold {held} blocks, the pool counts {kv.used} "
             f"in use, {kv.reserved} reserved and {free} free of {kv.pool}"
         )
+    if not shared.keys() <= kv.running.keys():
+        raise InvariantError(f"KV conservation, sidecar {sidecar}: shared blocks of requests not running")
     if cnt != kv.cnt or len(kv.running) != len(st.prefilling) + len(st.fin_heap):
         raise InvariantError(f"KV conservation, sidecar {sidecar}: the decoders' block phases {cnt} != {kv.cnt}")

@@ -43,12 +43,13 @@ def blocks(tokens: int, bs: int) -> int:
 
 
 class KVPool:
-    """One engine's block pool. `cap` = pool - reserved (merge buffers holding GPU memory); `used`
-    counts the blocks held by running requests; the rest is free. Statistics: `preemptions`,
+    """One engine's block pool. `cap` = pool - reserved (merge buffers and a prefix cache holding GPU
+    memory); `used` counts the blocks held by running requests (less those a prefix cache holds for
+    them: `shared`); the rest is free. Statistics: `preemptions`,
     `rejected` (too long ever to fit), `peak` (largest used/cap after an iteration's allocations)
     and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage)."""
 
-    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig") + (
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig", "shared") + (
         "preemptions",
         "rejected",
         "peak",
@@ -69,6 +70,7 @@ class KVPool:
         self.used = 0
         self.running: dict[int, None] = {}  # running requests in (re)admission order (preemption picks the last)
         self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
+        self.shared: dict[int, int] = {}  # running request -> its blocks the prefix cache holds (once, for all)
         self.preemptions = self.rejected = 0
         self.peak = 0.0
         self.sum_used = self.sum_cap = 0

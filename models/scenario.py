@@ -67,6 +67,16 @@ class FleetConfig(Strict):
         return self.n_hosts * self.sidecars_per_host
 
 
+class SharedPrefix(Strict):
+    """System prompts shared by a synthetic workload's requests (traces carry their own hashes): a
+    `fraction` of requests start with one of `prompts` system prompts (uniformly) of `tokens` tokens.
+    No defaults: there is no one published figure, so a scenario says what it models."""
+
+    fraction: float = Field(ge=0, le=1)
+    prompts: int = Field(ge=1, le=2**31)
+    tokens: int = Field(ge=1, le=10_000_000)
+
+
 class EngineConfig(Strict):
     """vLLM-like continuous batching. Defaults are vLLM's (max_num_seqs 256, chunked prefill)."""
 
@@ -127,6 +137,12 @@ class EngineConfig(Strict):
     # host's shard: params / hosts_per_island x (pseudo_grad + checkpoint bytes per param)): none, or
     # held for the whole run (`always`: allocated at start-up and kept, so the pool is smaller for good).
     merge_memory: Literal["none", "always"] = "none"
+    # Prefix caching (models.prefix, docs/engine.md): an LRU cache of this many prompt tokens, in whole
+    # 512-token blocks keyed by the requests' block hashes (Mooncake's hash_ids block size, trace README);
+    # hits skip prefill. With a KV pool the cache's blocks are reserved out of it. None or 0: off.
+    prefix_cache: int | None = Field(None, ge=0, le=10_000_000_000)
+    # Block hashes for a synthetic workload's requests (traces bring their own): None, no hashes.
+    shared_prefix: SharedPrefix | None = None
 
     @model_validator(mode="after")
     def _budget_holds_a_decode_step(self):
@@ -438,6 +454,8 @@ OPT_IN_FIELDS = (
     "engine.weights_gb",
     "engine.activation_gb",
     "engine.merge_memory",
+    "engine.prefix_cache",
+    "engine.shared_prefix",
     "merge.checkpoint_mode",
     "merge.checkpoint_stagger",
     "merge.fragments",

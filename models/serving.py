@@ -60,6 +60,7 @@ import numpy as np
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
 from wadiloco.models.kv import KVPool, blocks
+from wadiloco.models.prefix import PrefixCache
 
 NAN = math.nan
 INF = math.inf
@@ -161,6 +162,10 @@ class EngineState:
         + ("kv", "admit_fn", "slow")
         # a router's next instant (sim.routing.RouterProc.until; inf: no router): an idle engine waits for it
         + ("gate",)
+        # cached prompt tokens: each request's given count (`cached`: its KV arrives with it), the
+        # prefix cache (`px`, models.prefix; None: off) and each request's block hashes, the tokens a
+        # request in prefill skipped at its admission (`hit`), and whether admission asks (`start`)
+        + ("cached", "px", "hashes", "hit", "start")
     )
 
     def __init__(
@@ -175,10 +180,14 @@ class EngineState:
         host_s: float,
         step: EngineStep = TODAYS_STEP,
         kv: KVPool | None = None,
+        cached=None,
+        prefix: PrefixCache | None = None,
+        hashes=None,
     ):
         self.kv = kv
         self.admit_fn = self.admit if kv is None else self.admit_kv  # what `serve` admits with
-        self.slow = kv is not None  # `serve` books steps with _book_slow (a KV pool, a client, a log, a router)
+        # `serve` books steps with _book_slow (a KV pool, a prefix cache, a client, a log, a router)
+        self.slow = kv is not None or prefix is not None
         self.gate = NO_GATE
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
         self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
@@ -206,6 +215,14 @@ class EngineState:
         self.log: list[tuple[float, float]] | None = None
         self.client = None
         self.tag: array | None = None
+        self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
+        self.px, self.hit = prefix, {}
+        self.hashes = None if hashes is None else list(hashes)
+        if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
+            raise ValueError("one cached-token count and one hash tuple per request")
+        if any(c < 0 or c > p for c, p in zip(self.cached, self.prompt)):
+            raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
+        self.start = prefix is not None or any(self.cached)
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -215,11 +232,22 @@ class EngineState:
             raise ValueError("a closed-loop engine starts with no pre-drawn arrivals")
         client.start(self)
 
-    def route_in(self, t: float, prompt: int, output: int) -> None:
-        """A request a router hands this engine as it arrives at t (>= every arrival so far)."""
+    def route_in(self, t: float, prompt: int, output: int, cached: int = 0, hashes=None) -> None:
+        """A request handed to this engine as it arrives at t (>= every arrival so far; a router, or a
+        disaggregated prefill engine). `cached`: prompt tokens whose KV comes with it (0 to prompt; its
+        prefill computes only the rest, its context is the whole prompt; a preempted request recomputes
+        them); `hashes`: its prompt's block hashes, for the prefix cache."""
+        if not 0 <= cached <= prompt:
+            raise ValueError(f"cached prompt tokens {cached} outside [0, {prompt}]")
         self.t_arr.append(t)
         self.prompt.append(prompt)
         self.output.append(output)
+        self.cached.append(cached)
+        if hashes is not None and self.hashes is None:
+            self.hashes = [None] * self.n
+        if self.hashes is not None:
+            self.hashes.append(hashes)
+        self.start = self.start or cached > 0
         self.n += 1
         self._grow()
 
@@ -244,6 +272,9 @@ class EngineState:
         self.prompt[pos:pos] = array("q", prompt)
         self.output[pos:pos] = array("q", output)
         self.tag[pos:pos] = array("q", [tag]) * m
+        self.cached[pos:pos] = array("q", bytes(8 * m))
+        if self.hashes is not None:
+            self.hashes[pos:pos] = [None] * m
         self.n += m
         self._grow()
 
@@ -283,13 +314,14 @@ class EngineState:
             take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
-        admitted, room = self.admitted, self.max_seqs - n_dec - len(prefilling)
+        admitted, room, start = self.admitted, self.max_seqs - n_dec - len(prefilling), self.start
         while waiting and budget > 0 and room > 0:
             rid = waiting.popleft()
             admitted[rid] = now
             prefilling.append(rid)
-            prefilled[rid] = 0
-            take = prompt[rid]
+            got = self.take_cached(rid, True, *self.skip(rid)) if start else 0
+            prefilled[rid] = got
+            take = prompt[rid] - got
             take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
@@ -304,11 +336,11 @@ class EngineState:
         a prompt)."""
         if not chunks:
             return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
-        prefilled, prompt = self.prefilled, self.prompt
+        prefilled, prompt, hit = self.prefilled, self.prompt, self.hit
         new = tokens = pf = pairs = 0
         for rid, take in chunks:
             got = prefilled[rid]
-            new += got == 0
+            new += got == (hit.get(rid, 0) if hit else 0)  # its first chunk: from the tokens it skipped
             tokens += got + take >= prompt[rid]
             pf += take
             pairs += take * got + take * (take + 1) // 2  # models.latency.attention_pairs
@@ -320,7 +352,7 @@ class EngineState:
         first tokens, new decoders (and requests wanting one output token, finished). Returns
         the new (n_dec, sum_ctx)."""
         prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self.first_token
-        kv = self.kv
+        kv, start = self.kv, self.start
         # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
         # new admissions appended to it), and only the last chunk can fall short of its prompt:
         # the requests whose prefill completes are a prefix of `prefilling`.
@@ -332,6 +364,8 @@ class EngineState:
                 continue
             del prefilled[rid]
             completed += 1
+            if start:
+                self.prefill_done(rid)
             if kv is None or rid not in kv.orig:  # (a request recomputed after preemption has its first token)
                 first_token[rid] = end
             out = output[rid]
@@ -340,6 +374,8 @@ class EngineState:
                 self.n_finished += 1
                 if kv is not None:
                     self.release(rid, None)
+                elif self.px is not None:
+                    self.px.release(rid)
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
@@ -349,6 +385,51 @@ class EngineState:
         del self.prefilling[:completed]
         return n_dec, sum_ctx
 
+    # -- cached prompt tokens (given, or the prefix cache's: models.prefix) ---------------------------
+    def skip(self, rid: int) -> tuple[int, int, int]:
+        """At admission: (prompt tokens request rid need not compute, the prefix cache's leading blocks
+        it hits, the prompt tokens those hold). A hit covers at most the request's own prompt (a
+        recomputed one's hashes cover its original prompt) less one token, whose logits vLLM
+        recomputes; the given count may cover the whole prompt."""
+        p, given, px = self.prompt[rid], self.cached[rid], self.px
+        hs = self.hashes[rid] if px is not None and self.hashes is not None else None
+        if not hs:
+            return given, 0, 0
+        k = px.lookup(hs)
+        if not k:
+            return given, 0, 0
+        kv = self.kv
+        o = kv.orig.get(rid) if kv is not None else None
+        own = o[0] if o is not None else p
+        tok = min(k * px.block_tokens, own, p - 1)
+        return (given if given > tok else tok), k, tok
+
+    def take_cached(self, rid: int, first: bool, got: int, k: int, tok: int) -> int:
+        """Request rid is admitted skipping `got` prompt tokens: pin the prefix cache's k blocks it
+        uses (their `tok` tokens' KV blocks are the cache's, not its own), count its first admission
+        in the hit rate; returns got."""
+        px = self.px
+        if px is not None:
+            px.acquire(rid, self.hashes[rid], k)
+            if first:
+                px.hit_tokens += tok
+                px.prompt_tokens += self.prompt[rid]
+            kv = self.kv
+            if kv is not None and tok >= kv.bs:
+                kv.shared[rid] = tok // kv.bs
+        if got:
+            self.hit[rid] = got
+        return got
+
+    def prefill_done(self, rid: int) -> None:
+        """Request rid's prompt is computed: its blocks go into the prefix cache."""
+        self.hit.pop(rid, None)
+        px = self.px
+        if px is not None and self.hashes is not None:
+            hs = self.hashes[rid]
+            if hs:
+                px.insert(hs)
+
     # -- KV-cache blocks (models.kv; only with a pool) -------------------------------------------
     def release(self, rid: int, due: int | None) -> None:
         """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
@@ -357,7 +438,9 @@ class EngineState:
         total = prompt[rid] + output[rid]
         if due is not None:
             kv.cnt[(due + 1 - total) % kv.bs] -= 1
-        kv.used -= blocks(total - 1, kv.bs)
+        kv.used -= blocks(total - 1, kv.bs) - (kv.shared.pop(rid, 0) if kv.shared else 0)
+        if self.px is not None:
+            self.px.release(rid)
         del kv.running[rid]
         o = kv.orig.pop(rid, None)
         if o is not None:
@@ -382,10 +465,16 @@ class EngineState:
         kv, prompt, output = self.kv, self.prompt, self.output
         del kv.running[rid]
         kv.preemptions += 1
+        shared = kv.shared.pop(rid, 0) if kv.shared else 0  # blocks the prefix cache holds for it
+        if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
+            self.cached[rid] = 0
+            self.hit.pop(rid, None)
+            if self.px is not None:
+                self.px.release(rid)
         if rid in self.prefilled:
             del self.prefilled[rid]
             self.prefilling.remove(rid)
-            kv.used -= blocks(prompt[rid], kv.bs)
+            kv.used -= blocks(prompt[rid], kv.bs) - shared
         else:
             heap = self.fin_heap
             j = next(j for j, item in enumerate(heap) if item[1] == rid)
@@ -398,7 +487,7 @@ class EngineState:
             phase = (due + 1 - total) % kv.bs
             kv.cnt[phase] -= 1
             need -= phase == t % kv.bs
-            kv.used -= blocks(ctx - 1, kv.bs)
+            kv.used -= blocks(ctx - 1, kv.bs) - shared
             n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
             kv.orig.setdefault(rid, (prompt[rid], output[rid]))
             prompt[rid], output[rid] = ctx, total - ctx
@@ -421,7 +510,7 @@ class EngineState:
             take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
-        admitted, room = self.admitted, self.max_seqs - n_dec - len(prefilling)
+        admitted, room, start = self.admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         while waiting and budget > 0 and room > 0:
             rid = waiting[0]
@@ -430,18 +519,25 @@ class EngineState:
                 waiting.popleft()
                 kv.rejected += 1
                 continue
-            nb = blocks(p, kv.bs)
+            if start:  # the prefix cache's blocks it uses are held once, by the cache
+                skip = self.skip(rid)
+                nb = blocks(p, kv.bs) - skip[2] // kv.bs
+            else:
+                nb = blocks(p, kv.bs)
             if nb > free:
                 break
             waiting.popleft()
             free -= nb
             kv.used += nb
             kv.running[rid] = None
-            if admitted[rid] != admitted[rid]:  # NaN: first admission (a recomputed request keeps its own)
+            first = admitted[rid] != admitted[rid]  # NaN: first admission (a recomputed request keeps its own)
+            if first:
                 admitted[rid] = now
             prefilling.append(rid)
-            prefilled[rid] = 0
-            take = p if p < budget else budget
+            got = self.take_cached(rid, first, *skip) if start else 0
+            prefilled[rid] = got
+            take = p - got
+            take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
             room -= 1
@@ -480,6 +576,8 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         sum_ctx -= prompt[rid] + output[rid]
         if kv is not None:
             st.release(rid, due)
+        elif st.px is not None:
+            st.px.release(rid)
         done.append(rid)
     if done and client is not None:
         st.client.finished(st, done, end)

@@ -40,12 +40,15 @@ _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """One trace: request arrival times (s from the first request) and token lengths."""
+    """One trace: request arrival times (s from the first request) and token lengths, and (Mooncake)
+    each row's prompt block hashes: `hash_ids`, one per 512-token block (models.prefix), a tuple per
+    row, or None for a trace without them."""
 
     t: np.ndarray  # float64, sorted, t[0] == 0
     prompt: np.ndarray  # int64 >= 1
     output: np.ndarray  # int64 >= 1
     source: str  # the file it came from
+    hashes: tuple | None = None
 
     def __post_init__(self):
         for a in (self.t, self.prompt, self.output):
@@ -259,6 +262,7 @@ def _load_mooncake(p: Path, text: str) -> Trace:
     stamps: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
+    hashes: list[tuple[int, ...]] = []
     for n, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
@@ -280,8 +284,7 @@ def _load_mooncake(p: Path, text: str) -> Trace:
         ts = obj["timestamp"]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not _finite(ts):
             raise InputError(p, f"line {n}", f"'timestamp' must be a number of milliseconds (got {_show(ts)})")
-        if "hash_ids" in obj and not isinstance(obj["hash_ids"], list):
-            raise InputError(p, f"line {n}", f"'hash_ids' must be a list (got {type(obj['hash_ids']).__name__})")
+        hashes.append(_hash_ids(p, n, obj.get("hash_ids", [])))
         counts = []
         for key in MOONCAKE_KEYS[1:]:
             v = obj[key]
@@ -304,9 +307,20 @@ def _load_mooncake(p: Path, text: str) -> Trace:
     if not lines:
         raise InputError(p, "", "no requests: the file has no JSON lines")
     ms = np.asarray(stamps, dtype=np.float64)
-    return _finish(
+    tr = _finish(
         p, ms, 1e3, np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64), lines, MOONCAKE_KEYS
     )
+    return Trace(tr.t, tr.prompt, tr.output, tr.source, tuple(hashes) if any(hashes) else None)
+
+
+def _hash_ids(p: Path, n: int, ids: object) -> tuple[int, ...]:
+    """A row's `hash_ids`: a list of whole numbers (prefix block hashes), or an InputError."""
+    if not isinstance(ids, list):
+        raise InputError(p, f"line {n}", f"'hash_ids' must be a list (got {type(ids).__name__})")
+    for v in ids:
+        if isinstance(v, bool) or not isinstance(v, int) or abs(v) >= 2**63:
+            raise InputError(p, f"line {n}", f"'hash_ids' must hold whole numbers (got {_show(v)})")
+    return tuple(ids)
 
 
 def _show(v: object) -> str:

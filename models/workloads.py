@@ -39,11 +39,13 @@ MAX_SEGMENTS = 5_000_000
 
 @dataclass(frozen=True, eq=False)
 class Arrivals:
-    """One sidecar's requests: arrival times (s, sorted) and token lengths. Read-only arrays."""
+    """One sidecar's requests: arrival times (s, sorted) and token lengths. Read-only arrays. `hashes`:
+    each request's prompt block hashes (a trace's `hash_ids`, models.prefix), or None."""
 
     t: np.ndarray  # float64, sorted, 0 <= t < horizon
     prompt: np.ndarray  # int64 >= 1
     output: np.ndarray  # int64 >= 1
+    hashes: tuple | None = None
 
     def __post_init__(self):
         for a in (self.t, self.prompt, self.output):
@@ -484,7 +486,11 @@ def replay_trace(p: TraceParams, ctx: Context) -> list[Arrivals]:
         who = (_mix64(rows) % np.uint64(n)).astype(np.int64)
     order = np.argsort(who, kind="stable")  # stable: each sidecar's share stays time-sorted
     parts = np.split(order, np.cumsum(np.bincount(who, minlength=n))[:-1])
-    return [Arrivals(t[k], tr.prompt[rows[k]], tr.output[rows[k]]) for k in parts]
+    hs = tr.hashes
+    return [
+        Arrivals(t[k], tr.prompt[rows[k]], tr.output[rows[k]], None if hs is None else tuple(hs[r] for r in rows[k]))
+        for k in parts
+    ]
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from wadiloco.models.interference import InterferenceWeights
 from wadiloco.models.kv import KVPool, bytes_per_token, pool_blocks
 from wadiloco.models.latency import LatencyModel, default_latency
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
+from wadiloco.models.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache, shared_prefix_hashes
 from wadiloco.models.profiles import ModelFit, model_fit
 from wadiloco.models.rng import stream
 from wadiloco.models.scenario import Scenario
@@ -75,11 +76,33 @@ def engine_kv(sc: Scenario, s: int) -> KVPool | None:
             e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
         )
     reserved = 0
+    px = engine_prefix(sc)
+    if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
+        reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
     if e.merge_memory == "always" and sc.fleet.colocation == "same_gpu" and s % sc.fleet.sidecars_per_host == 0:
         m = sc.merge
         shard = sc.training.params / sc.fleet.hosts_per_island
         reserved = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
     return KVPool(pool, e.kv_block_size, e.kv_watermark, reserved)
+
+
+def engine_prefix(sc: Scenario) -> PrefixCache | None:
+    """A sidecar's prefix cache (models.prefix) of engine.prefix_cache tokens in whole 512-token blocks,
+    or None (off: no field, or fewer tokens than a block)."""
+    tokens = sc.engine.prefix_cache
+    if not tokens or tokens < MOONCAKE_BLOCK_TOKENS:
+        return None
+    return PrefixCache(tokens // MOONCAKE_BLOCK_TOKENS, MOONCAKE_BLOCK_TOKENS)
+
+
+def prefix_summary(sidecars: list[Sidecar]) -> dict:
+    """prefix_hit_rate (only with a prefix cache): prompt tokens served from the caches over prompt
+    tokens, at the requests' first admissions, fleet-wide."""
+    caches = [s.core.px for s in sidecars if s.core.px is not None]
+    if not caches:
+        return {}
+    prompt = sum(c.prompt_tokens for c in caches)
+    return {"prefix_hit_rate": sum(c.hit_tokens for c in caches) / prompt if prompt else 0.0}
 
 
 def kv_summary(sidecars: list[Sidecar]) -> dict:
@@ -158,7 +181,26 @@ def make_arrivals(
         base_dir=sc.base_dir,
         file=sc.source,
     )
+    if injected is None and sc.engine.shared_prefix is not None:
+        generated = with_shared_prefix(generated, sc, seed)
     return (injected if injected is not None else generated), (seen_caps[-1] if seen_caps else None)
+
+
+def with_shared_prefix(arrivals: list[Arrivals], sc: Scenario, seed: int) -> list[Arrivals]:
+    """Synthetic arrivals with block hashes from engine.shared_prefix (models.prefix), each sidecar's
+    from its own stream; arrivals that carry hashes (a trace's) keep theirs."""
+    sp = sc.engine.shared_prefix
+    return [
+        a
+        if a.hashes is not None
+        else Arrivals(
+            a.t,
+            a.prompt,
+            a.output,
+            shared_prefix_hashes(a.prompt, s, stream(seed, "prefix", s), sp.fraction, sp.prompts, sp.tokens),
+        )
+        for s, a in enumerate(arrivals)
+    ]
 
 
 def client_column(client) -> str:
@@ -205,6 +247,7 @@ def make_sidecars(
             front=hosts[s // per_host].fronts[s % per_host] if step.frontend else None,
             client=clients[s] if clients is not None else None,
             kv=engine_kv(sc, s),
+            prefix=engine_prefix(sc),
         )
         for s in range(sc.fleet.n_sidecars)
     ]

@@ -29,6 +29,7 @@ import simpy
 from wadiloco.models.batching import TODAYS_STEP, EngineStep
 from wadiloco.models.kv import KVPool
 from wadiloco.models.latency import LatencyModel
+from wadiloco.models.prefix import PrefixCache
 from wadiloco.models.serving import EngineState, delay_to, serve
 from wadiloco.sim.fabric import Fabric, Link
 
@@ -75,6 +76,7 @@ class Sidecar:
         front: Link | None = None,
         client=None,
         kv: KVPool | None = None,
+        prefix: PrefixCache | None = None,
     ):
         self.env = env
         self.idx = idx
@@ -88,6 +90,8 @@ class Sidecar:
             host_s=host_s,
             step=step,
             kv=kv,
+            prefix=prefix,
+            hashes=getattr(arrivals, "hashes", None) if prefix is not None else None,
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")

@@ -36,6 +36,7 @@ from wadiloco.sim.build import (
     make_clients,
     make_policy,
     make_sidecars,
+    prefix_summary,
 )
 from wadiloco.sim.cotenant import Cotenant
 from wadiloco.sim.gpushare import GpuShare
@@ -240,6 +241,7 @@ class Fleet:
             }
         )
         summary.update(kv_summary(self.sidecars))  # only with KV pools (engine.kv_blocks): their keys
+        summary.update(prefix_summary(self.sidecars))  # only with prefix caches (engine.prefix_cache)
         if self.router is not None:  # only then (router.name not static)
             summary["router"] = self.router.summary()
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures

@@ -46,6 +46,12 @@ class View:
         return any(j.tag[0] in MERGE_TAGS for link in (sc.gpu, sc.host) for j in link.jobs)
 
 
+def prefix_key(hashes) -> int:
+    """A request's prefix key for the router: its first block's hash (requests that share their first
+    block share it; models.routers.prefix_affinity), or -1 without hashes."""
+    return int(hashes[0]) if hashes else -1
+
+
 def is_routed(sc) -> bool:
     """Whether a router process runs (an unknown name: make_router reports it)."""
     cls = ROUTERS.get(sc.router.name)
@@ -63,6 +69,9 @@ class RouterProc:
         self.t = t[order].tolist()
         self.prompt = np.concatenate([a.prompt for a in arrivals])[order].tolist() if arrivals else []
         self.output = np.concatenate([a.output for a in arrivals])[order].tolist() if arrivals else []
+        # each request's prompt block hashes (a trace's hash_ids, engine.shared_prefix), or None
+        hs = [h for a in arrivals for h in (a.hashes if a.hashes is not None else (None,) * len(a))]
+        self.hashes = [hs[k] for k in order] if any(h is not None for h in hs) else None
         self.view = View(sidecars)
         self.until = self.t[0] if self.t else INF
         self.routed = [0] * len(sidecars)
@@ -75,7 +84,7 @@ class RouterProc:
         return self.until
 
     def _run(self):
-        env, t, n, view, route = self.env, self.t, len(self.t), self.view, self.router.route
+        env, t, n, view, route, hashes = self.env, self.t, len(self.t), self.view, self.router.route, self.hashes
         j = 0
         while j < n:
             now = t[j]
@@ -83,8 +92,9 @@ class RouterProc:
                 yield env.timeout(delay_to(env.now, now))
             view.now = now
             while j < n and t[j] == now:
-                s = route(view, self.prompt[j], self.output[j], -1)
-                self.sidecars[s].core.route_in(now, self.prompt[j], self.output[j])
+                hs = hashes[j] if hashes is not None else None
+                s = route(view, self.prompt[j], self.output[j], prefix_key(hs))
+                self.sidecars[s].core.route_in(now, self.prompt[j], self.output[j], 0, hs)
                 self.routed[s] += 1
                 j += 1
             self.until = t[j] if j < n else INF

@@ -1,8 +1,9 @@
 """prefix_affinity: requests that share a prefix go to the same sidecar (a hash of the prefix key:
-the first prefix block of a Mooncake row), unless it has `max_imbalance` more outstanding requests
-than the least loaded one, when the request goes there instead; requests with no key go to the
-least loaded (SGLang's cache-aware router balances the same way). Until the prefix cache lands, no
-workload passes keys (sim.routing routes every request with key -1), so it balances as least_outstanding."""
+the first prefix block's hash, sim.routing.prefix_key: a Mooncake row's first hash_id, or an
+engine.shared_prefix system prompt's), unless it has `max_imbalance` more outstanding requests
+than the least loaded one, when the request goes there instead; requests with no key (no hashes) go
+to the least loaded (SGLang's cache-aware router balances the same way). With prefix caches
+(engine.prefix_cache) this keeps a prefix's blocks cached on one sidecar."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class PrefixAffinity(Router):
     name = "prefix_affinity"
     summary = (
         "same prefix, same sidecar (hash of the first prefix block), unless it is max_imbalance busier; "
-        "no workload gives prefix keys yet (issue 14 item 3), so for now it balances as least_outstanding"
+        "requests without block hashes (no trace hash_ids, no engine.shared_prefix) go to the least loaded"
     )
     Params = AffinityParams
 

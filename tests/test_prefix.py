@@ -1,0 +1,185 @@
+"""Prefix caching (models/prefix.py, engine.prefix_cache): a hand-counted hit count on a tiny trace,
+LRU eviction and pinning by hand, cached tokens skipping prefill (the engine API coloc reuses), KV
+conservation with shared blocks, a 0-capacity cache equal to none, and the Mooncake trace's hit rate
+against the paper's. Fast-forward and lookahead bit-identity with the cache on are cases of
+tests/test_queueing.py (bursty-kv-prefix)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+
+from wadiloco.benchmarks.harness import run_engine
+from wadiloco.models import invariants as inv
+from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.kv import KVPool
+from wadiloco.models.latency import LatencyModel
+from wadiloco.models.prefix import PrefixCache, shared_prefix_hashes
+from wadiloco.models.rng import stream
+from wadiloco.models.traces import load_trace
+from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.fabric import Fabric
+from wadiloco.sim.fleet import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+MOONCAKE = ROOT.parent.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
+if not MOONCAKE.is_file():
+    MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
+A, B, C, D = 2.0**-8, 2.0**-12, 2.0**-16, 2.0**-10  # dyadic: every sum below is exact
+LAT = LatencyModel(A, B, C, D, r2=1.0, n=0, max_rel_err=0.0)
+ENGINE = dict(max_num_seqs=8, max_num_batched_tokens=8192, host_s=0.0)
+
+# (prompt, hash_ids) 10 s apart: each is done before the next arrives
+TINY = [(1024, [1, 2]), (1536, [1, 2, 3]), (600, [1, 9]), (1024, [1, 2]), (512, [4])]
+
+
+def _tiny_trace(tmp_path: Path):
+    lines = [
+        json.dumps({"timestamp": 10_000 * i, "input_length": p, "output_length": 2, "hash_ids": h})
+        for i, (p, h) in enumerate(TINY)
+    ]
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    tr = load_trace(path)
+    return Arrivals(tr.t, tr.prompt, tr.output, tr.hashes)
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "per-iteration"])
+def test_tiny_trace_hit_count_by_hand(tmp_path, ff):
+    """Request 0 misses; 1 hits blocks 1, 2 (1,024 tokens); 2 hits block 1 (512); 3 hits both of its
+    blocks but recomputes its last token (1,023); 4 misses: 2,559 of 4,696 prompt tokens. Request 1's
+    first token comes after a prefill of its 512 uncached tokens over a context of 1,536."""
+    arr = _tiny_trace(tmp_path)
+    assert arr.hashes == tuple(tuple(h) for _, h in TINY)
+    px = PrefixCache(100)
+    s, _ = run_engine(arr, LAT, fast_forward=ff, prefix=px, **ENGINE)
+    assert (px.hit_tokens, px.prompt_tokens) == (0 + 1024 + 512 + 1023 + 0, 4696)
+    adm, ft, fin = s.results()
+    assert ft[1] == 10.0 + A + B * 512 + D  # only the uncached tokens are prefilled
+    assert fin[1] == ft[1] + A + C * 1537 + D  # its decode reads the whole context
+    assert ft[3] == 30.0 + A + B * 1 + D
+    assert list(px.entries) == [3, 9, 1, 2, 4] and not px.pins and not px.held  # LRU order, all unpinned
+
+
+def test_lru_eviction_and_pins_by_hand():
+    px = PrefixCache(2)
+    px.insert([10])
+    px.insert([20])
+    assert px.lookup([10, 20]) == 2 and px.lookup([20, 10]) == 2 and px.lookup([30, 10]) == 0
+    px.acquire(0, (10,), 1)  # 10 becomes the most recently used, pinned by request 0
+    px.insert([30])  # full: evicts the least recently used unpinned entry, 20
+    assert list(px.entries) == [10, 30]
+    px.acquire(1, (30,), 1)
+    px.insert([40])  # every entry pinned: not cached
+    assert list(px.entries) == [10, 30] and px.pins == {10: 1, 30: 1}
+    px.release(0)
+    px.insert([40, 50])  # 10 unpinned: evicted for 40; 50 finds only 30 (pinned) and 40 (unpinned): evicts 40
+    assert list(px.entries) == [30, 50]
+    px.release(1)
+    assert not px.pins and not px.held
+
+
+def test_cached_tokens_api_skips_prefill():
+    """Engine API (coloc's disaggregated decode, a remote KV store): a request handed in with its
+    whole prompt cached computes no prompt token, one with half of it the other half; both count
+    their whole prompt as context."""
+    env = simpy.Environment()
+    gpu, cpu = Fabric(env, "t/gpu").link("gpu0", 1.0), Fabric(env, "t/cpu").link("cpu", 1.0)
+    empty = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+    s = Sidecar(env, 0, empty, LAT, gpu=gpu, host=cpu, **ENGINE)
+    s.core.route_in(0.0, 1000, 2, 1000)  # (before the run starts, as a router hands requests over)
+    s.core.route_in(0.0, 1000, 2, 500)
+    with pytest.raises(ValueError, match="cached prompt tokens"):
+        s.core.route_in(0.0, 10, 2, 11)
+    env.run()
+    adm, ft, fin = s.results()
+    assert list(ft) == [A + B * 500 + D * 2] * 2  # one iteration: 0 + 500 prompt tokens
+    assert list(fin) == [ft[0] + A + C * 2002 + D * 2] * 2 and not s.core.hit
+
+
+def _random_requests(seed: int, n: int):
+    rnd = random.Random(seed)
+    t = np.cumsum([rnd.randint(0, 4) / 64 for _ in range(n)])
+    prompt = np.array([rnd.randint(1, 1500) for _ in range(n)])
+    hashes = shared_prefix_hashes(prompt, 0, stream(seed, "test"), 0.7, 3, 1024)
+    return Arrivals(t, prompt, np.array([rnd.randint(1, 400) for _ in range(n)]), hashes)
+
+
+def test_kv_conservation_with_shared_blocks_and_the_check_fires():
+    """Random requests sharing three 1,024-token system prompts through a small pool (preempting
+    often) and a small cache (evicting): blocks the cache holds for a request are held once."""
+    arr = _random_requests(5, 80)
+    px = PrefixCache(6)
+    kv = KVPool(350, 16, watermark=0.01, reserved=6 * 512 // 16)
+    s, env = run_engine(arr, LAT, max_num_seqs=16, max_num_batched_tokens=512, host_s=0.0, kv=kv, prefix=px, until=1e-9)
+    checked = shared_seen = 0
+    while env.peek() < np.inf:
+        env.step()
+        inv.check_kv(0, s.core)
+        checked += 1
+        shared_seen += bool(kv.shared)
+    assert kv.preemptions > 10 and shared_seen > 100 and px.hit_tokens > 5000 and s.counts(np.inf).finished == 80
+    assert kv.used == 0 and not kv.shared and not px.pins
+    kv.shared[0] = 1  # blocks counted shared for a request that is not running
+    with pytest.raises(inv.InvariantError, match="KV conservation, sidecar 0"):
+        inv.check_kv(0, s.core)
+
+
+def _mooncake(extra: dict):
+    if not MOONCAKE.is_file():
+        pytest.skip("the Mooncake trace is not next to the checkout")
+    sc = load_scenario(ROOT / "scenarios" / "mooncake_synthetic.yaml")
+    base = {
+        "horizon_s": 30.0,
+        "drain_s": 30.0,
+        "fleet.islands": 2,
+        "fleet.hosts_per_island": 1,
+        "workload.path": str(MOONCAKE),
+    }
+    return with_overrides(sc, {**base, **extra})
+
+
+def test_a_zero_capacity_cache_is_no_cache():
+    plain = simulate(_mooncake({}), seed=1)
+    for cap in (0, 511):  # 0, and less than one 512-token block
+        zero = simulate(_mooncake({"engine.prefix_cache": cap}), seed=1)
+        for k in plain.requests:
+            np.testing.assert_array_equal(plain.requests[k], zero.requests[k], err_msg=k)
+        drop = ("wall_time_s", "scenario_digest", "provenance")
+        same = {k: v for k, v in zero.summary.items() if k not in drop}
+        assert json.dumps(same, default=str) == json.dumps(
+            {k: v for k, v in plain.summary.items() if k not in drop}, default=str
+        )
+    on = simulate(_mooncake({"engine.prefix_cache": 10**7}), seed=1)
+    assert "prefix_hit_rate" not in plain.summary and 0 < on.summary["prefix_hit_rate"] < 1
+
+
+def test_mooncake_trace_hit_rate_against_the_paper():
+    """Every request of the shipped synthetic trace in order through one unlimited cache: 65.1% of
+    prompt tokens hit, the paper's Table 2 cache ratio for this trace is 66% (docs/engine.md)."""
+    if not MOONCAKE.is_file():
+        pytest.skip("the Mooncake trace is not next to the checkout")
+    tr = load_trace(MOONCAKE)
+    px = PrefixCache(10**6)
+    for p, hs in zip(tr.prompt.tolist(), tr.hashes):
+        k = px.lookup(hs)
+        px.hit_tokens += min(k * 512, p - 1)
+        px.prompt_tokens += p
+        px.insert(hs)
+    assert round(px.hit_rate(), 4) == 0.6512
+
+
+def test_prefix_affinity_keeps_prefixes_cached_better_than_round_robin():
+    """Four sidecars on a slice of the Mooncake trace, unlimited caches: requests that share their
+    first block go to one sidecar, so they hit there (round robin scatters them)."""
+    extra = {"fleet.islands": 2, "fleet.hosts_per_island": 2, "engine.prefix_cache": 10**8, "horizon_s": 60.0}
+    rr = simulate(_mooncake({**extra, "router.name": "round_robin"}), seed=1).summary
+    pa = simulate(_mooncake({**extra, "router.name": "prefix_affinity"}), seed=1).summary
+    assert rr["requests"] == pa["requests"] > 100
+    assert pa["prefix_hit_rate"] > 2 * rr["prefix_hit_rate"] > 0, (pa["prefix_hit_rate"], rr["prefix_hit_rate"])
