@@ -24,6 +24,11 @@ Then (benchmarks/sweep_speed.py, benchmarks/memory.py; `--skip-sweep`, `--skip-m
                           run times (see benchmarks/sweep_speed.py: paper_estimate);
   peak_rss_mb_1h_64sidecars  peak RSS (MiB) of a child process running a 1-hour azure_conv replay on
                           64 sidecars (8 islands x 8 hosts x 1), per-request table included.
+And (benchmarks/setup.py; `--skip-setup` leaves it out):
+  setup_s_per_run         what one bursty.yaml run pays outside env.run (resolve, fleet building with
+                          the arrivals, request table and summary, the worker's record), with its
+                          parts; setup_s_per_run_paper the mean over experiments/paper.yaml's regimes,
+                          and events_per_run_paper their SimPy events per run.
 And (benchmarks/traces.py; `--skip-traces` leaves it out):
   trace_load_s_azure/_mooncake  seconds to parse each real trace (warm page cache), with rows/s.
 Every figure is the median of >= 3 runs (5 by default for the one-core figures, 3 for the rest).
@@ -55,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-sweep", action="store_true", help="leave out the sweep and Dask figures")
     ap.add_argument("--skip-memory", action="store_true", help="leave out the 64-sidecar memory figure")
     ap.add_argument("--skip-traces", action="store_true", help="leave out the trace parsing figures")
+    ap.add_argument("--skip-setup", action="store_true", help="leave out the per-run set-up figures")
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
     if runs < 3:
@@ -81,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         from wadiloco.benchmarks.memory import run_memory_benchmark
 
         out.update(run_memory_benchmark(other_runs, quick=args.quick))
+    if not args.skip_setup:
+        from wadiloco.benchmarks.setup import run_setup_benchmark
+
+        out.update(run_setup_benchmark(other_runs, quick=args.quick))
     if not args.skip_traces:
         from wadiloco.benchmarks.traces import run_trace_benchmark
 
@@ -159,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
             f"real-time x{m['realtime_factor']:.0f})"
         )
+    if "setup" in out:
+        lines += setup_lines(out)
     for name, t in out.get("traces", {}).items():
         lines.append(
             f"trace {name}: {t['skipped']}"
@@ -168,6 +180,23 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\n".join(lines))
     return 0
+
+
+def setup_lines(out: dict) -> list[str]:
+    def row(name: str, p: dict) -> str:
+        keys = ("resolve_s", "arrivals_s", "fleet_s", "results_s", "record_s")
+        parts = "  ".join(f"{k[:-2]} {p[k] * 1e3:.0f}" for k in keys)
+        return (
+            f"  {name}: set-up {p['setup_s_per_run'] * 1e3:.0f} ms ({parts} ms) vs env.run {p['run_s']:.3f} s "
+            f"({p['setup_fraction']:.1%}); {p['events']} events"
+        )
+
+    st = out["setup"]
+    lines = [f"per-run set-up: setup_s_per_run {out['setup_s_per_run']:.3f}", row("bursty", st["bursty"])]
+    if "paper" in st:
+        lines.append(f"  setup_s_per_run_paper {out['setup_s_per_run_paper']:.3f} (mean over the paper's regimes)")
+        lines += [row(name, p) for name, p in st["paper"].items()]
+    return lines
 
 
 if __name__ == "__main__":

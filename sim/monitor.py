@@ -5,10 +5,19 @@ whether a merge runs, and the busiest network and storage links' utilisation ove
 Observation is built from those rows (pressures over `monitor.pressure_window_s`), the sidecars'
 present state and the training run's progress: past and present only, never the workload ahead.
 It reads the sidecars through their public queries (`t_arr`, `queue_len`, `running`, `clock`).
+
+Lazy samples (issue 16): an engine's queue and batch at an instant t follow from its per-request
+times when it is open-loop, unrouted and has no KV pool (admission is then FCFS, once per request):
+queue = arrived by t - admitted by t, batch = admitted by t - finished by t. Such a fleet's samples
+take those columns from the request arrays when they are read (`observe`, `timeline`), so the
+monitor is no lookahead source and the engines run through its sample instants without yielding.
+Rows still appear when the eager monitor would add them (its process runs as before) and hold the
+same numbers: every time at or before an instant the engines have passed is final.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 import numpy as np
@@ -16,6 +25,7 @@ import numpy as np
 from wadiloco.models import invariants as inv
 from wadiloco.models.policies.base import LearnerSignals, Observation
 from wadiloco.models.scenario import Scenario
+from wadiloco.models.serving import NO_GATE
 from wadiloco.models.training import ProgressModel
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.resources import Resources
@@ -36,6 +46,13 @@ def _utilisation(rows: list[list]) -> float:
         if x > best:
             best = x
     return best
+
+
+def lazy_ok(sidecars: list[Sidecar]) -> bool:
+    """Whether the engines' queue and batch sizes can be read back from their request times: each
+    request admitted once, FCFS, and never rejected (no KV pool), from arrivals fixed in advance
+    (no closed loop, no router; a router's engines also report their arrivals differently)."""
+    return all(s.client is None and s.core.kv is None and s.core.gate is NO_GATE for s in sidecars)
 
 
 class Monitor:
@@ -62,7 +79,10 @@ class Monitor:
         self.tl: dict[str, list[float]] = {k: [] for k in KEYS}
         self.counts = np.zeros(int(self.end / self.bin_s) + 2)  # arrivals per bin, the first n_bins filled
         self.n_bins = 0
-        self._next = -INF  # the next sample's instant (a lookahead source)
+        self._next = -INF  # the next sample's instant (a lookahead source; inf when lazy)
+        self.lazy = lazy_ok(sidecars)
+        self._filled = 0  # rows whose engine columns (arrivals, queue, running) are in (lazy)
+        self._cursors = [(0, 0, 0)] * len(sidecars)  # per sidecar (lazy): arrived, admitted, finished before it
         # observe(): figures that change only when the monitor adds a bin, or on a merge, are cached
         self._win_n = max(1, int(round(sc.monitor.pressure_window_s / self.bin_s)))
         self._press_key = -1  # number of monitor bins the cached pressures were computed from
@@ -80,15 +100,16 @@ class Monitor:
         return self._next
 
     def timeline(self) -> dict[str, np.ndarray]:
+        self._fill()
         return {k: np.asarray(v, dtype=float) for k, v in self.tl.items()}
 
     # ---- sampling ------------------------------------------------------------------------------
     def _run(self):
+        if self.lazy:
+            return (yield from self._run_lazy())
         env, bin_s, end = self.env, self.bin_s, self.end
         net = self.res.net
-        # Only limited links count (an unlimited one is never busy).
-        wan_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("wan", "nic") if not lk.unlimited]
-        store_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("storage") if not lk.unlimited]
+        wan_u, store_u = self._link_rows()
         sidecars = self.sidecars
         seen_at = [0] * len(sidecars)  # each sidecar's arrivals up to the last sample
         counts, n_counts = self.counts, len(self.counts)
@@ -119,6 +140,64 @@ class Monitor:
             net_(_utilisation(wan_u))
             ckpt_(_utilisation(store_u))
 
+    def _link_rows(self) -> tuple[list[list], list[list]]:
+        """The rows `_utilisation` reads: only limited links count (an unlimited one is never busy)."""
+        net, bin_s = self.res.net, self.bin_s
+        wan_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("wan", "nic") if not lk.unlimited]
+        store_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("storage") if not lk.unlimited]
+        return wan_u, store_u
+
+    def _run_lazy(self):
+        """The samples of what the engines do not hold (merging, link utilisation), at the eager
+        instants; the engine columns wait for `_fill`."""
+        env, bin_s, end = self.env, self.bin_s, self.end
+        net = self.res.net
+        wan_u, store_u = self._link_rows()
+        t_, merging_, net_, ckpt_ = (self.tl[k].append for k in ("t", "merging", "p_net", "p_ckpt"))
+        self._next = INF
+        while env.now < end:
+            yield env.timeout(bin_s)
+            net.fabric.advance()
+            t_(env.now)
+            merging_(1.0 if self.merging() else 0.0)
+            net_(_utilisation(wan_u))
+            ckpt_(_utilisation(store_u))
+
+    def _fill(self) -> None:
+        """The engine columns of the rows added since the last call (lazy), from the per-request
+        times: every admission and finish at or before the rows' instants is booked by now.
+        Per sidecar, three cursors move forward only: arrivals, admissions (FCFS: ascending) and
+        the first request not finished by the last row (those after it are counted in a slice)."""
+        tl, lo = self.tl, self._filled
+        hi = len(tl["t"])
+        if not self.lazy or hi <= lo:
+            return
+        arr_, queue_, running_ = tl["arrivals"].append, tl["queue"].append, tl["running"].append
+        cur, counts, n_counts = self._cursors, self.counts, len(self.counts)
+        cores = [s.core for s in self.sidecars]
+        for t in tl["t"][lo:hi]:
+            arrived = queue = running = 0
+            for k, c in enumerate(cores):
+                seen, adm, fin = cur[k]
+                seen2 = bisect_right(c.t_arr, t, seen)
+                admitted, finish = c.admitted, c.finish
+                while adm < seen2 and admitted[adm] <= t:
+                    adm += 1
+                while fin < adm and finish[fin] <= t:
+                    fin += 1
+                done = fin + int(np.count_nonzero(finish[fin:adm] <= t)) if fin < adm else fin
+                cur[k] = (seen2, adm, fin)
+                arrived += seen2 - seen
+                queue += seen2 - adm
+                running += adm - done
+            arr_(arrived)
+            queue_(queue)
+            running_(running)
+            if self.n_bins < n_counts:
+                counts[self.n_bins] = arrived
+                self.n_bins += 1
+        self._filled = hi
+
     def _check_not_ahead(self, now: float) -> None:
         late = [s.idx for s in self.sidecars if s.clock > now]
         if late:
@@ -130,6 +209,7 @@ class Monitor:
         now = self.env.now
         if self.check:
             self._check_not_ahead(now)
+        self._fill()
         counts = self.counts[: self.n_bins].copy()  # a copy: the policy must not see later bins
         p_net, p_srv, p_ckpt = self._pressures()
         queue = sum(s.queue_len(now) for s in self.sidecars)
