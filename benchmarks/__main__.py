@@ -9,6 +9,10 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
                           6000: preemptions) and prefix caching on (engine.prefix_cache, shared
                           system prompts), and with a router (least_outstanding), fast-forward on,
                           timed interleaved with the plain run (benchmarks/bursty.py KV, ROUTER);
+  realtime_factor_bursty_pure / _kv_pure, compiled_speedup / _kv  with the compiled serving core
+                          (setup.py, models/core.py), the same runs on the pure-Python core, interleaved,
+                          and pure wall over compiled wall; serving_core says which core ran,
+                          core_import_s what a fresh process pays to import it (`--pure`: pure only);
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
 largest disagreement in per-request times between the modes and the reference (a sanity check;
 tests/test_queueing.py asserts it). One process, one thread: these measure one core.
@@ -61,11 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-memory", action="store_true", help="leave out the 64-sidecar memory figure")
     ap.add_argument("--skip-traces", action="store_true", help="leave out the trace parsing figures")
     ap.add_argument("--skip-setup", action="store_true", help="leave out the per-run set-up figures")
+    ap.add_argument(
+        "--pure", action="store_true", help="run the pure-Python serving core only ($WADILOCO_PURE=1; models/core.py)"
+    )
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
     if runs < 3:
         ap.error("--runs must be >= 3 (figures are medians of at least 3 runs)")
     horizon = 240.0 if args.quick else None
+    if args.pure:
+        os.environ["WADILOCO_PURE"] = "1"  # before the first import of models.core
 
     import simpy
 
@@ -134,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{out['realtime_factor_bursty_kv']:.0f}   with a router "
         f"{b['router']['params']} {out['realtime_factor_bursty_router']:.0f}",
     ]
+    lines.append(f"serving core: {out['serving_core']} (import {out['core_import_s'] * 1e3:.0f} ms in a fresh process)")
+    if "compiled_speedup" in out:
+        lines.append(
+            f"  pure-Python core in the same run: realtime_factor_bursty_pure {out['realtime_factor_bursty_pure']:.0f}"
+            f"   _kv_pure {out['realtime_factor_bursty_kv_pure']:.0f}   compiled_speedup "
+            f"{out['compiled_speedup']:.2f} (KV {out['compiled_speedup_kv']:.2f})"
+        )
     if "sweep" in out:
         sw = out["sweep"]
         lines += [

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+import wadiloco.models.serving as pure_serving
+import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
+from wadiloco.models import core
 from wadiloco.models.config import Scenario, load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
@@ -55,7 +58,13 @@ def event_mark(env):
     return next(env._eid), len(env._queue)
 
 
-def time_fleet(sc: Scenario, seed: int) -> dict:
+def use_core(mod) -> None:
+    """Run the engines on serving module `mod` (models.core.serving, or the pure models.serving)."""
+    sim_engine.EngineState, sim_engine.serve = mod.EngineState, mod.serve
+
+
+def time_fleet(sc: Scenario, seed: int, mod=None) -> dict:
+    use_core(mod or core.serving)
     t0 = time.perf_counter()
     fleet = Fleet(resolve(sc), seed)
     setup = time.perf_counter() - t0
@@ -64,6 +73,7 @@ def time_fleet(sc: Scenario, seed: int) -> dict:
     res = fleet.run()
     wall = time.perf_counter() - t0
     events = processed_events(fleet.env, mark)
+    use_core(core.serving)
     s = res.summary
     return {
         "wall_s": wall,
@@ -84,12 +94,16 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     it_sc = with_overrides(sc, {"engine.fast_forward": False})
     kv_sc, rt_sc = with_overrides(ff_sc, KV), with_overrides(ff_sc, ROUTER)
     time_fleet(with_overrides(sc, {"horizon_s": min(30.0, sc.horizon_s)}), seed)  # warm-up (imports, fit)
-    ff, it, kv, rt = [], [], [], []
+    ff, it, kv, rt, ff_pure, kv_pure = [], [], [], [], [], []
+    both = core.serving is not pure_serving  # the compiled core runs: time the pure one beside it
     for _ in range(runs):
         ff.append(time_fleet(ff_sc, seed))
         it.append(time_fleet(it_sc, seed))
         kv.append(time_fleet(kv_sc, seed))
         rt.append(time_fleet(rt_sc, seed))
+        if both:
+            ff_pure.append(time_fleet(ff_sc, seed, pure_serving))
+            kv_pure.append(time_fleet(kv_sc, seed, pure_serving))
     # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
     diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
 
@@ -107,7 +121,16 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
             "wall_s_runs": [round(r["wall_s"], 4) for r in rs],
         }
 
-    return {
+    out = {}
+    if both:
+        out["pure"] = {
+            **summary(ff_pure),
+            "same_requests": max_time_diff(ff[0]["result"].requests, ff_pure[0]["result"].requests) == 0,
+        }
+        out["kv_pure"] = summary(kv_pure)
+        out["compiled_speedup"] = median(b["wall_s"] / a["wall_s"] for a, b in zip(ff, ff_pure))
+        out["compiled_speedup_kv"] = median(b["wall_s"] / a["wall_s"] for a, b in zip(kv, kv_pure))
+    return out | {
         "fast_forward": summary(ff),
         "per_iteration": summary(it),
         "kv": {
@@ -193,7 +216,15 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
     fl = fleet_benchmark(sc, runs, seed)
     hq = heapq_benchmark(sc, runs, seed)
     ff = fl["fast_forward"]
-    return {
+    compiled = {"serving_core": core.KIND, "core_import_s": core_import_s()}
+    if "pure" in fl:
+        compiled |= {
+            "realtime_factor_bursty_pure": fl["pure"]["realtime_factor"],
+            "realtime_factor_bursty_kv_pure": fl["kv_pure"]["realtime_factor"],
+            "compiled_speedup": fl["compiled_speedup"],
+            "compiled_speedup_kv": fl["compiled_speedup_kv"],
+        }
+    return compiled | {
         "realtime_factor_bursty": ff["realtime_factor"],
         "realtime_factor_bursty_kv": fl["kv"]["realtime_factor"],
         "realtime_factor_bursty_router": fl["router"]["realtime_factor"],
@@ -210,7 +241,20 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
             "per_iteration": fl["per_iteration"],
             "kv": fl["kv"],
             "router": fl["router"],
+            **({"pure": fl["pure"], "kv_pure": fl["kv_pure"]} if "pure" in fl else {}),
             "ff_vs_per_iteration_max_diff_s": fl["ff_vs_per_iteration_max_diff_s"],
         },
         "heapq": hq,
     }
+
+
+def core_import_s() -> float:
+    """Seconds a fresh process pays to import the serving core models.core selects (numpy, which
+    both paths import anyway, first): the compiled module's load and digest check, or the pure one."""
+    import subprocess
+    import sys
+
+    code = "import time, numpy; t0 = time.perf_counter(); import wadiloco.models.core; print(time.perf_counter() - t0)"
+    out = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)]
+    out += [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)]
+    return min(out)

@@ -27,10 +27,10 @@ import math
 import simpy
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep
+from wadiloco.models.core import EngineState, delay_to, serve  # compiled or pure (models/core.py)
 from wadiloco.models.kv import KVPool
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.prefix import PrefixCache
-from wadiloco.models.serving import EngineState, delay_to, serve
 from wadiloco.sim.fabric import Fabric, Link
 
 __all__ = ["Lookahead", "Sidecar", "delay_to"]

@@ -23,9 +23,9 @@ from collections.abc import Callable
 import numpy as np
 
 from wadiloco.models import invariants as inv
+from wadiloco.models.core import NO_GATE
 from wadiloco.models.policies.base import LearnerSignals, Observation
 from wadiloco.models.scenario import Scenario
-from wadiloco.models.serving import NO_GATE
 from wadiloco.models.training import ProgressModel
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.resources import Resources

@@ -144,7 +144,7 @@ def test_request_checks_catch_violations():
 def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
     """The engine silently loses one admitted request: the request table still has a row per
     arrival (check_requests passes), but the engine's own counts no longer sum to its arrivals."""
-    from wadiloco.models import serving
+    from wadiloco.models.core import serving  # the serving module that runs (compiled or pure: models/core.py)
 
     sc = _short(ROOT / "scenarios" / "normal.yaml", horizon=60.0)
     simulate(sc, 1, check=True)  # intact: passes

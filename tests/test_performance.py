@@ -3,15 +3,25 @@
 * sim/monitor.py lazy samples: a fleet whose engine columns are read back from the request times
   (`lazy_ok`) gives the same timeline, decisions and request table as one sampled eagerly, and its
   monitor is no lookahead source (fewer SimPy events).
+* models/core.py, the compiled serving core (setup.py): bit-identical per-request results, summary
+  and timeline to the pure-Python modules on every shipped scenario (short horizons), with KV pools
+  on and off, both engine generations, per-iteration stepping and a router; a stale or missing
+  binary falls back to pure Python; setup.py and the loader digest the same sources.
 """
 
 from __future__ import annotations
 
+import ast
+import os
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import wadiloco.models.core as core
+import wadiloco.models.serving as pure
+import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import event_mark, processed_events
 from wadiloco.models.config import load_scenario, resolve, with_overrides
@@ -70,3 +80,102 @@ def test_lazy_monitor_only_where_exact(overrides):
     sc = load_scenario(ROOT / "scenarios" / "bursty.yaml")
     sc = with_overrides(sc, {"horizon_s": 5.0, **overrides})
     assert not Fleet(resolve(sc), 0).monitor.lazy
+
+
+# ---- the compiled serving core ---------------------------------------------------------------------
+
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "testbed").glob("*.yaml"))
+# Each scenario runs one variant, in turn, so every variant meets several workloads.
+VARIANTS = [
+    {},
+    {"engine.kv_blocks": 600},  # preempts in bursts
+    {"engine.step": "sequential", "engine.host_per_seq_s": 1e-5, "engine.frontend_per_token_s": 2e-6},
+    {"engine.kv_blocks": 900, "engine.step": "sequential"},
+    {"engine.fast_forward": False},
+    {"router.name": "least_outstanding", "engine.kv_blocks": 800},
+]
+
+
+def compiled_serving():
+    """The compiled module, current with the sources; skips (fails under CI, where .ci/run builds it)."""
+    mod, why = core.compiled_module()
+    if mod is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the compiled serving core is {why} in CI (.ci/run installs it with pip install .)")
+        pytest.skip(f"the compiled serving core is {why}: build it with pip install . (or -e .)")
+    return mod
+
+
+def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
+    out = []
+    for mod in (mod_a, mod_b):
+        monkeypatch.setattr(engine, "EngineState", mod.EngineState)
+        monkeypatch.setattr(engine, "serve", mod.serve)
+        out.append(Fleet(resolve(sc), seed).run())
+    a, b = out
+    assert a.requests.keys() == b.requests.keys()
+    for k in a.requests:
+        assert np.array_equal(a.requests[k], b.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
+    for k in a.timeline:
+        assert np.array_equal(a.timeline[k], b.timeline[k]), k
+    sa, sb = dict(a.summary), dict(b.summary)
+    sa.pop("wall_time_s"), sb.pop("wall_time_s")
+    assert repr(sa) == repr(sb)
+    return a.summary
+
+
+def _variant_scenario(path: Path, i: int, horizon: float):
+    sc = load_scenario(path)
+    ov = dict(VARIANTS[i % len(VARIANTS)])
+    if sc.workload["kind"] == "closed_loop":
+        ov.pop("router.name", None)  # (a closed loop creates each sidecar's requests: static only)
+        ov["workload.start_delay_s"] = 0.5  # (the profile's is longer than the window)
+    if sc.engine.model is not None:  # an engine profile's model is the whole iteration: no host/frontend split
+        ov = {k: v for k, v in ov.items() if not k.startswith(("engine.host_per", "engine.frontend"))}
+    return with_overrides(sc, {"horizon_s": horizon, "drain_s": 2.0, **ov})
+
+
+@pytest.mark.parametrize("i, path", list(enumerate(SCENARIOS)), ids=[p.stem for p in SCENARIOS])
+def test_compiled_core_matches_pure(i, path, monkeypatch):
+    mod = compiled_serving()
+    s = _same_run(_variant_scenario(path, i, 4.0), mod, pure, monkeypatch)
+    assert s["requests"] > 0 and s["engine_iterations"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+@pytest.mark.parametrize("v", range(len(VARIANTS)))
+def test_compiled_core_matches_pure_every_variant(path, v, monkeypatch):
+    mod = compiled_serving()
+    _same_run(_variant_scenario(path, v, 60.0), mod, pure, monkeypatch, seed=v)
+
+
+def test_stale_compiled_core_falls_back_to_pure(monkeypatch):
+    """A binary built from other sources (a developer edited serving.py since) is never run."""
+
+    class Stale:
+        SOURCE_DIGEST = "0" * 64
+
+    real = import_module
+    monkeypatch.setattr(core, "import_module", lambda name: Stale if name.endswith("_serving_c") else real(name))
+    monkeypatch.delenv(core.PURE_ENV, raising=False)
+    with pytest.warns(UserWarning, match="stale"):
+        mod, kind = core.select()
+    assert mod is pure and kind.startswith("pure: compiled core stale")
+    monkeypatch.setenv(core.PURE_ENV, "1")
+    assert core.select() == (pure, "pure")
+
+
+def test_setup_and_loader_digest_the_same_sources():
+    tree = ast.parse((ROOT / "setup.py").read_text())  # (not run: importing setuptools costs half a second)
+    imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    keep = [n for n in imports if getattr(n, "module", None) != "setuptools"]
+    keep += [n for n in tree.body if getattr(n, "name", None) == "source_digest"]
+    keep += [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "SOURCES"]
+    ns: dict = {}
+    exec(compile(ast.Module(keep, []), "setup.py", "exec"), ns)
+    assert ns["SOURCES"] == core.SOURCES
+    assert ns["source_digest"](ROOT / "models") == core.source_digest(ROOT / "models")
+    built = core.compiled_module()[0]
+    if built is not None:
+        assert built.SOURCE_DIGEST == core.source_digest()

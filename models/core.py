@@ -1,0 +1,63 @@
+"""Which serving core runs: the compiled one (setup.py: Cython from models/serving.py and batching.py)
+or those pure-Python modules themselves. Import the engine's entry points from here.
+
+The compiled modules have names of their own (`_serving_c`, `_batching_c`), so they never shadow the
+.py files, and they carry the digest of the sources they were built from. They are used only if it
+matches the sources beside this file: a tree edited since the build runs its pure modules, with one
+warning, and results never depend on whether a binary is stale. $WADILOCO_PURE=1 (or the CLI's and
+the benchmark's `--pure`, which set it) picks the pure modules. `KIND` says which one runs and why.
+Both give bit-identical results (tests/test_performance.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+SOURCES = ("batching.py", "batching.pxd", "serving.py", "serving.pxd")  # as setup.py digests them
+PURE_ENV = "WADILOCO_PURE"
+
+
+def source_digest(folder: Path = HERE) -> str:
+    """setup.py's digest of the sources the compiled core is made of."""
+    h = hashlib.sha256()
+    for name in SOURCES:
+        p = folder / name
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.exists() else b"") + b"\0")
+    return h.hexdigest()
+
+
+def pure_requested() -> bool:
+    return os.environ.get(PURE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def compiled_module() -> tuple[ModuleType | None, str]:
+    """The compiled serving module if it is built and current, else None; and why."""
+    try:
+        mod = import_module("wadiloco.models._serving_c")
+    except ImportError:
+        return None, "not built"
+    if getattr(mod, "SOURCE_DIGEST", None) != source_digest():
+        return None, f"stale (built from other sources than {HERE / 'serving.py'} and its peers)"
+    return mod, "current"
+
+
+def select() -> tuple[ModuleType, str]:
+    """(the serving module to run, KIND): 'compiled', 'pure' (asked for) or 'pure: <why not compiled>'."""
+    if pure_requested():
+        return import_module("wadiloco.models.serving"), "pure"
+    mod, why = compiled_module()
+    if mod is not None:
+        return mod, "compiled"
+    if why != "not built":
+        warnings.warn(f"the compiled serving core is {why}: running the pure-Python one", stacklevel=2)
+    return import_module("wadiloco.models.serving"), f"pure: compiled core {why}"
+
+
+serving, KIND = select()
+EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE

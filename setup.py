@@ -1,0 +1,90 @@
+"""Build the compiled serving core (issue 16): Cython, pure-Python mode, from the project's own sources.
+
+models/batching.py and models/serving.py stay the one source of the engine's logic (plain Python;
+models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
+its own (`wadiloco.models._batching_c`, `wadiloco.models._serving_c`; the compiled serving imports
+the compiled batching) with the digest of the sources it was built from, and compiled. The
+compiled module never shadows the .py: models/core.py imports it only if that digest matches the
+sources beside it, else it warns once and runs the pure modules (an edited serving.py in a
+developer's tree runs as edited). Everything else is in setup.cfg; Cython comes from pyproject.toml's
+[build-system] requires. Without Cython or a C compiler the build still installs the pure modules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+MODELS = ROOT / "models"
+# Every file whose text the compiled core is made of (models/core.py computes the same digest).
+SOURCES = ("batching.py", "batching.pxd", "serving.py", "serving.pxd")
+# (compiled module, its source, the imports its copy takes from the compiled modules instead)
+MODULES = (
+    ("_batching_c", "batching", ()),
+    ("_serving_c", "serving", (("wadiloco.models.batching import", "wadiloco.models._batching_c import"),)),
+)
+
+
+def source_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for name in SOURCES:
+        p = folder / name
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.exists() else b"") + b"\0")
+    return h.hexdigest()
+
+
+def generated_sources(out: Path) -> list[Path]:
+    """The copies Cython compiles, under out/wadiloco/models/, each ending with SOURCE_DIGEST."""
+    digest = source_digest(MODELS)
+    folder = out / "wadiloco" / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for mod, src, renames in MODULES:
+        text = (MODELS / f"{src}.py").read_text()
+        for old, new in renames:
+            if old not in text:
+                raise RuntimeError(f"setup.py: models/{src}.py no longer has {old!r}; update MODULES")
+            text = text.replace(old, new)
+        text += f'\n\nSOURCE_DIGEST = "{digest}"  # setup.py: what models/core.py checks\n'
+        path = folder / f"{mod}.py"
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        pxd = MODELS / f"{src}.pxd"
+        if pxd.exists():
+            (folder / f"{mod}.pxd").write_text(pxd.read_text())
+        paths.append(path)
+    return paths
+
+
+def extensions() -> list:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("setup.py: Cython is not installed; the pure-Python serving core only")
+        return []
+    from setuptools import Extension
+
+    out = ROOT / "build" / "cython-src"
+    exts = [
+        Extension(
+            f"wadiloco.models.{p.stem}",
+            [str(p)],
+            # IEEE doubles as Python computes them: no fused multiply-add, no fast-math.
+            extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+            optional=True,  # a failed compile leaves the pure modules, which models/core.py then runs
+        )
+        for p in generated_sources(out)
+    ]
+    return cythonize(
+        exts,
+        compiler_directives={"language_level": 3, "binding": False, "embedsignature": False},
+        build_dir=str(ROOT / "build" / "cython-c"),
+        quiet=True,
+    )
+
+
+if __name__ == "__main__":
+    setup(ext_modules=extensions())
