@@ -25,16 +25,27 @@ import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import event_mark, processed_events
 from wadiloco.models.config import load_scenario, resolve, with_overrides
+from wadiloco.models.errors import InputError
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRIDOR = {"merge.h_min": 16, "merge.h_max": 32}
 
 
+def _load(path: Path):
+    """The shipped scenario; a trace replay skips when its trace (in shared/) is not beside the checkout."""
+    try:
+        return load_scenario(path)
+    except InputError as e:
+        if "trace file not found" not in str(e):
+            raise
+        pytest.skip(f"{path.name}: its trace is in shared/, not found beside the checkout ({e})")
+
+
 def _run(name: str, overrides: dict, lazy: bool, monkeypatch):
     if not lazy:
         monkeypatch.setattr(monitor, "lazy_ok", lambda sidecars: False)
-    sc = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+    sc = _load(ROOT / "scenarios" / f"{name}.yaml")
     sc = with_overrides(sc, {"horizon_s": 20.0, "drain_s": 5.0, **overrides})
     fleet = Fleet(resolve(sc), 3)
     mark = event_mark(fleet.env)
@@ -125,7 +136,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
 
 
 def _variant_scenario(path: Path, i: int, horizon: float):
-    sc = load_scenario(path)
+    sc = _load(path)
     ov = dict(VARIANTS[i % len(VARIANTS)])
     if sc.workload["kind"] == "closed_loop":
         ov.pop("router.name", None)  # (a closed loop creates each sidecar's requests: static only)
