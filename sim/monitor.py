@@ -51,10 +51,13 @@ def _utilisation(rows: list[list]) -> float:
 
 def lazy_ok(sidecars: list[Sidecar]) -> bool:
     """Whether the engines' queue and batch sizes can be read back from their request times: each
-    request admitted once, FCFS, and never rejected (no KV pool), from arrivals fixed in advance
+    request admitted once, FCFS, and never rejected (no KV pool, no prefix cache), from arrivals fixed in advance
     (no closed loop, no router; a router's engines also report their arrivals differently)."""
     no_gate = (NO_GATE, pure_serving.NO_GATE)  # (the compiled core's and the pure one's: benchmarks run both)
-    return all(s.client is None and s.core.kv is None and any(s.core.gate is g for g in no_gate) for s in sidecars)
+    return all(
+        s.client is None and s.core.kv is None and s.core.px is None and any(s.core.gate is g for g in no_gate)
+        for s in sidecars
+    )
 
 
 class Monitor:

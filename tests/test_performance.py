@@ -105,6 +105,7 @@ VARIANTS = [
     {"engine.fast_forward": False},
     {"router.name": "least_outstanding", "engine.kv_blocks": 800},
 ]
+PREFIX = {"engine.prefix_cache": 10**7}  # only where requests carry prefix keys (mooncake_synthetic)
 
 
 def compiled_serving():
@@ -151,6 +152,14 @@ def test_compiled_core_matches_pure(i, path, monkeypatch):
     mod = compiled_serving()
     s = _same_run(_variant_scenario(path, i, 4.0), mod, pure, monkeypatch)
     assert s["requests"] > 0 and s["engine_iterations"] > 0
+
+
+def test_compiled_core_matches_pure_with_a_prefix_cache(monkeypatch):
+    mod = compiled_serving()
+    path = ROOT / "scenarios" / "mooncake_synthetic.yaml"
+    sc = with_overrides(_load(path), {"horizon_s": 8.0, "drain_s": 2.0, **PREFIX})
+    s = _same_run(sc, mod, pure, monkeypatch)
+    assert s["prefix_hit_rate"] > 0
 
 
 @pytest.mark.slow
