@@ -349,6 +349,31 @@ class CotenantConfig(Strict):
         return self
 
 
+class DisaggConfig(Strict):
+    """Disaggregated prefill/decode serving (DistServe, Splitwise, Mooncake; sim.disagg, docs/model.md
+    "Disaggregated serving"). The sidecars named in `prefill_sidecars` (fleet indices: sidecar s is
+    on host s // sidecars_per_host, hosts island-major) only prefill: the fleet's arrivals, in time
+    order, are dealt to them round-robin, each run with its output cut to the first token. Every
+    other sidecar decodes: a prefilled request's KV (prompt tokens x `kv_bytes_per_token`) moves
+    over the fabric links between the two sidecars' hosts (NIC, switch, island uplinks: the links
+    the all-reduce and checkpoint writes use) to the decode sidecar of its island with the fewest
+    requests (all decode sidecars if its island has none), which admits it with the whole prompt
+    cached. TTFT is the prefill's first token plus the KV transfer (Splitwise: the first token
+    reaches the client when the decode side holds the KV)."""
+
+    prefill_sidecars: list[Annotated[int, Field(ge=0)]] = Field([0], min_length=1)
+    # null: the engine's model shape (models.kv.bytes_per_token): 2 x 32 layers x 8 KV heads x 128 dims
+    # x 2 bytes = 131072 (128 KiB) for Llama-3-8B in bf16 (REFERENCES.md, calibration/README.md)
+    kv_bytes_per_token: int | None = Field(None, ge=1, le=1 << 30)
+
+    @field_validator("prefill_sidecars")
+    @classmethod
+    def _distinct(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"prefill_sidecars must be distinct (got {v})")
+        return v
+
+
 class LabelsConfig(Strict):
     """Testbed labels on every request, read at its start (the batch start of a closed loop):
     `sync_active` from the `sync` timetable; with `pressure`, also `max_pressure` (the 3.2 values,
@@ -394,6 +419,7 @@ class Scenario(Strict):
     monitor: MonitorConfig = MonitorConfig()
     cotenant: CotenantConfig | None = None
     testbed_labels: LabelsConfig | None = None
+    disagg: DisaggConfig | None = None  # null: every sidecar prefills and decodes its own requests
     # Where relative paths (traces) resolve from: the scenario file's folder. Not a YAML field.
     base_dir: str = Field(".", exclude=True)
     source: str = Field("<scenario>", exclude=True)
@@ -403,6 +429,16 @@ class Scenario(Strict):
         n = self.fleet.n_sidecars
         if self.cotenant is not None and any(i >= n for i in self.cotenant.sidecars or ()):
             raise ValueError(f"cotenant.sidecars: the fleet has {n} sidecar(s), indices 0..{n - 1}")
+        return self
+
+    @model_validator(mode="after")
+    def _disagg_sidecars(self):
+        d, n = self.disagg, self.fleet.n_sidecars
+        if d is not None and (max(d.prefill_sidecars) >= n or len(d.prefill_sidecars) >= n):
+            raise ValueError(
+                f"disagg.prefill_sidecars {d.prefill_sidecars}: the fleet has {n} sidecar(s), indices 0..{n - 1}, "
+                "and needs at least one left to decode"
+            )
         return self
 
     @model_validator(mode="after")
@@ -472,6 +508,7 @@ OPT_IN_FIELDS = (
     "fleet.learner_threads_per_gpu",
     "interference.gpu_inner_weight",
     "router",
+    "disagg",
 )
 
 

@@ -39,6 +39,7 @@ from wadiloco.sim.build import (
     prefix_summary,
 )
 from wadiloco.sim.cotenant import Cotenant
+from wadiloco.sim.disagg import make_disagg
 from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
@@ -95,9 +96,14 @@ class Fleet:
         self.res = Resources(env, sc, self.check, self.seed)
         self.bound = bound = LookaheadBound(sc.horizon_s + sc.drain_s, lookahead)
         self.gpushare = gs = GpuShare(sc, w, self.res.hosts)
-        self.sidecars = make_sidecars(
-            env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
-        )
+        # disaggregated prefill/decode (sim.disagg) builds its own sidecars; None without `disagg:`
+        self.disagg = make_disagg(env, sc, self.arrivals, self.lat, self.host_s, self.res, bound, self.clients)
+        if self.disagg is not None:
+            self.sidecars = self.disagg.sidecars
+        else:
+            self.sidecars = make_sidecars(
+                env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
+            )
         self.router = make_router(sc, self.seed, env, self.sidecars, self.arrivals, bound, self.clients)
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
@@ -194,7 +200,10 @@ class Fleet:
     def _per_sidecar(self) -> list[tuple]:
         """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
         run's peak of memory); a closed loop's requests are the engines' own, with their client's
-        columns (models.clients: the batch or user, and when the client saw each request done)."""
+        columns (models.clients: the batch or user, and when the client saw each request done);
+        disaggregated serving's are each request once, on its prefill sidecar (sim.disagg)."""
+        if self.disagg is not None:
+            return self.disagg.per_sidecar()
         if self.clients is None:
             return [
                 (
@@ -244,6 +253,8 @@ class Fleet:
         summary.update(prefix_summary(self.sidecars))  # only with prefix caches (engine.prefix_cache)
         if self.router is not None:  # only then (router.name not static)
             summary["router"] = self.router.summary()
+        if self.disagg is not None:  # only then (disagg:): the KV hand-offs
+            summary["disagg"] = self.disagg.summary()
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
         if self.cotenant is not None:  # only then: the default summary keeps its keys
@@ -264,9 +275,11 @@ class Fleet:
         counts = [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
         inv.check_requests(req, sum(counts))
         done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
-        for i, s in enumerate(self.sidecars):
+        for i, s in enumerate(self.sidecars if self.disagg is None else ()):
             inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
             inv.check_kv(i, s.core)
+        if self.disagg is not None:  # each engine's own requests: dealt to a prefill, handed to a decoder
+            self.disagg.check(self.env.now)
         if self.clients is not None:
             check_clients(req, self.clients)
         inv.check_merges(merges)

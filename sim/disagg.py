@@ -1,0 +1,260 @@
+"""Disaggregated prefill/decode serving on SimPy (DistServe, Splitwise, Mooncake; `disagg:`).
+
+The sidecars of `disagg.prefill_sidecars` only prefill. The fleet's arrivals (every sidecar's
+workload stream, so the load is the colocated fleet's), merged in time order, are dealt to them
+round-robin; each runs as a request whose output is cut to its first token. The prefill engines'
+client (`_Prefills`, models.clients' interface: `start`, `finished`) hears of each one finished
+and starts its hand-off (`_handoff`): the decode sidecar is picked at that instant (fewest requests
+waiting, running or in transfer to it, on the prefill's island if it has any, ties to the lowest
+index), the request's KV (prompt tokens x bytes per token) moves as one flow over the network
+fabric's links between the two hosts (NIC, switch backplane, island uplinks: the links the
+all-reduce and checkpoint writes share by max-min; the host's PCIe when both are on one host),
+and when it is in the decode engine admits the request with its whole prompt cached, to produce
+the rest of its output. A request wanting one token is done at its prefill: no transfer.
+
+Timing (TTFT, Splitwise's definition): the first token reaches the client when the decode side
+holds the KV, so first_token = the transfer's end, and TTFT = queueing + prefill + KV transfer;
+TPOT is the decode side's. A request is one row of the request table (its prefill sidecar's),
+with `kv_transfer_s` and `decode_sidecar`; its prefill is never a row of its own.
+
+Hand-offs enter decode engines from outside (models.serving `route_in`) at instants no source
+knows ahead, so while any is to come the lookahead bound is off (`next_at`: -inf) and decode
+engines step one iteration at a time (no fast-forward run past an instant a request could enter);
+an idle decode engine's process ends and starts again with the next request. Both are exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from wadiloco.models import invariants as inv
+from wadiloco.models.errors import InputError
+from wadiloco.models.kv import bytes_per_token
+from wadiloco.models.latency import LatencyModel
+from wadiloco.models.scenario import Scenario
+from wadiloco.models.serving import serve
+from wadiloco.models.workloads import Arrivals
+from wadiloco.sim.build import engine_kv, engine_step
+from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.fabric import INF, Link
+from wadiloco.sim.resources import Resources
+from wadiloco.sim.routing import is_routed
+from wadiloco.sim.topology import route
+
+NAN = math.nan
+EMPTY = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def kv_bytes_per_token(sc: Scenario) -> int:
+    """KV bytes per prompt token a hand-off moves: `disagg.kv_bytes_per_token`, or the engine's model
+    shape (models.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
+    d, e = sc.disagg, sc.engine
+    if d.kv_bytes_per_token is not None:
+        return d.kv_bytes_per_token
+    return bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
+
+
+class _Prefills:
+    """One prefill engine's client: it submits the engine's dealt requests (tag: the fleet-wide
+    request index) at start, each wanting one token, and passes each finished one on."""
+
+    def __init__(self, owner: Disagg, mine: np.ndarray):
+        self.owner, self.mine = owner, mine
+
+    def start(self, st) -> None:
+        o = self.owner
+        for j in self.mine.tolist():
+            st.add(float(o.t[j]), [int(o.prompt[j])], [1], j)
+
+    def finished(self, st, rids: list[int], end: float) -> None:
+        tag = st.tag
+        for rid in rids:
+            self.owner.prefilled(tag[rid], end)
+
+
+class Disagg:
+    """The prefill and decode sidecars of one run and the hand-offs between them. Per request
+    (fleet-wide index j, in arrival order): its prefill sidecar, when its prefill ended, when its
+    KV was in, its decode sidecar and its index there."""
+
+    def __init__(self, env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, res, la):
+        self.env, self.sc, self.res, self.la = env, sc, res, la
+        n, per_host = sc.fleet.n_sidecars, sc.fleet.sidecars_per_host
+        self.prefill = sorted(sc.disagg.prefill_sidecars)
+        self.decode = [s for s in range(n) if s not in set(self.prefill)]
+        t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
+        order = np.argsort(t, kind="stable")  # ties in the dealt (sidecar) order
+        self.t = t[order]
+        self.prompt = np.concatenate([a.prompt for a in arrivals])[order].astype(np.int64)
+        self.output = np.concatenate([a.output for a in arrivals])[order].astype(np.int64)
+        m = len(self.t)
+        self.by = np.array(self.prefill, dtype=np.int64)[np.arange(m) % len(self.prefill)]  # round-robin
+        self.prefill_done, self.kv_done = np.full(m, NAN), np.full(m, NAN)
+        self.dest, self.drid = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+        self.pending = m  # requests not yet handed to a decode engine (or done at their prefill)
+        self.inflight = [0] * n
+        self.bytes_per_token = kv_bytes_per_token(sc)
+        self.kv_bytes = 0.0
+        self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by the fleet)
+        e, step = sc.engine, engine_step(sc)
+        self.sidecars = []
+        for s in range(n):
+            hr = res.hosts[s // per_host]
+            pre = s in set(self.prefill)
+            self.sidecars.append(
+                Sidecar(
+                    env, s, EMPTY, lat, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
+                    host_s=host_s, gpu=hr.gpus[s % per_host], host=hr.cpus[s % per_host],
+                    fast_forward=e.fast_forward and pre, lookahead=la, step=step,
+                    front=hr.fronts[s % per_host] if step.frontend else None,
+                    client=_Prefills(self, np.flatnonzero(self.by == s)) if pre else None, kv=engine_kv(sc, s),
+                )
+            )  # fmt: skip
+            if not pre:
+                self.sidecars[-1].core.slow = True  # its booking refreshes the request count hand-offs grow
+
+    def next_at(self) -> float:
+        """A lookahead source: -inf while a hand-off may still enter a decode engine."""
+        return -INF if self.pending else INF
+
+    # -- the hand-off ----------------------------------------------------------------------------
+    def prefilled(self, j: int, end: float) -> None:
+        """Request j's prefill ended at `end` (its first token): done, or its KV goes to a decoder."""
+        self.prefill_done[j] = end
+        if self.output[j] <= 1:
+            self.kv_done[j] = end
+            self._settled()
+            return
+        self.env.process(self._handoff(j, end))
+
+    def _handoff(self, j: int, end: float):
+        env = self.env
+        if env.now < end:  # (the engine booked its step ahead of the clock)
+            yield env.timeout(delay_to(env.now, end))
+        d = self._pick(int(self.by[j]))
+        self.dest[j] = d
+        self.inflight[d] += 1
+        nbytes = float(self.prompt[j]) * self.bytes_per_token
+        self.kv_bytes += nbytes
+        links = self._links(int(self.by[j]), d)
+        job = links[0].fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("disagg", "kv"))
+        if not job.done.triggered:
+            yield job.done
+        self.inflight[d] -= 1
+        self.kv_done[j] = env.now
+        self._enter(j, d)
+        self._settled()
+
+    def _enter(self, j: int, d: int) -> None:
+        """Request j's KV is in decode sidecar d: it joins d's queue with its whole prompt cached and
+        its output less the token its prefill made; an idle engine (its process ended) starts again."""
+        sd = self.sidecars[d]
+        core = sd.core
+        core.route_in(self.env.now, int(self.prompt[j]), int(self.output[j]) - 1)
+        self.drid[j] = core.n - 1
+        if not sd.proc.is_alive:
+            core.now = max(core.now, self.env.now)
+            sd.proc = self.env.process(serve(core, sd, sd.la, False))
+
+    def _settled(self) -> None:
+        self.pending -= 1
+        if not self.pending:
+            self.bound_changed()
+
+    def _pick(self, p: int) -> int:
+        """The decode sidecar for a request prefilled on p: on p's island if it has one, else any;
+        the fewest requests waiting, running or in transfer to it; ties to the lowest index."""
+        per_island = self.sc.fleet.sidecars_per_host * self.sc.fleet.hosts_per_island
+        near = [d for d in self.decode if d // per_island == p // per_island] or self.decode
+        now = self.env.now
+
+        def load(d: int) -> tuple[int, int]:
+            c = self.sidecars[d].core
+            return c.queue_len(now) + c.running() + self.inflight[d], d
+
+        return min(near, key=load)
+
+    def _links(self, p: int, d: int) -> list[Link]:
+        """What the KV flow from p's host to d's host crosses: the fewest-hop route's edges and the
+        backplane of every switch on it (as sim.merge routes the all-reduce); one host's PCIe if both
+        are on it (an assumption: no NVLink between its GPUs is modelled)."""
+        per_host, res = self.sc.fleet.sidecars_per_host, self.res
+        hp, hd = res.hosts[p // per_host], res.hosts[d // per_host]
+        if hp is hd:
+            return [hp.pcie]
+        net = res.net
+        edges = route(net.graph, hp.name, hd.name)
+        nodes = [edges[0][0]] + [v for _, v in edges]
+        return [net.edge_links[e] for e in edges] + [net.backplanes[x] for x in nodes if x in net.backplanes]
+
+    # -- results ---------------------------------------------------------------------------------
+    def per_sidecar(self) -> list[tuple]:
+        """request_table's input: each request once, on its prefill sidecar's rows: admitted at its
+        prefill, its first token when its KV was in, finished at its decoder (or at its prefill, for
+        one token); with `kv_transfer_s` (0 for one token) and `decode_sidecar` (-1: none)."""
+        adm, fin = np.full(len(self.t), NAN), np.full(len(self.t), NAN)
+        for p in self.prefill:
+            core = self.sidecars[p].core
+            adm[np.array(core.tag, dtype=np.int64)] = self.sidecars[p].results()[0]
+        one = self.output <= 1
+        fin[one] = self.prefill_done[one]
+        for d in self.decode:
+            mine = (self.dest == d) & (self.drid >= 0)
+            fin[mine] = self.sidecars[d].results()[2][self.drid[mine]]
+        kv_s = self.kv_done - self.prefill_done
+        out = []
+        for s in range(len(self.sidecars)):
+            m = self.by == s
+            extra = {"kv_transfer_s": kv_s[m], "decode_sidecar": self.dest[m]}
+            out.append((self.t[m], self.prompt[m], self.output[m], adm[m], self.kv_done[m], fin[m], extra))
+        return out
+
+    def summary(self) -> dict:
+        moved = self.dest >= 0
+        kv_s = (self.kv_done - self.prefill_done)[moved]
+        kv_s = kv_s[~np.isnan(kv_s)]
+        return {
+            "prefill_sidecars": list(self.prefill),
+            "decode_sidecars": list(self.decode),
+            "kv_bytes_per_token": self.bytes_per_token,
+            "kv_transfers": int(moved.sum()),
+            "kv_bytes": self.kv_bytes,
+            "kv_transfer_mean_s": float(kv_s.mean()) if len(kv_s) else 0.0,
+            "kv_transfer_max_s": float(kv_s.max()) if len(kv_s) else 0.0,
+        }
+
+    def check(self, now: float) -> None:
+        """INV-1 per engine (a prefill engine's requests are those dealt to it, a decode engine's
+        those handed to it), KV conservation (INV-23), and the hand-off's order: prefill end <= KV
+        in <= decode admission."""
+        for s, sd in enumerate(self.sidecars):
+            if s in self.prefill:
+                mine = self.by == s
+                n, done = int(mine.sum()), int((~np.isnan(self.prefill_done[mine])).sum())
+            else:
+                mine = (self.dest == s) & (self.drid >= 0)
+                n, done = int(mine.sum()), int((~np.isnan(sd.results()[2])).sum())
+            inv.check_conservation(s, sd.counts(now), n, done)
+            inv.check_kv(s, sd.core)
+        for d in self.decode:
+            mine = (self.dest == d) & (self.drid >= 0)
+            adm = self.sidecars[d].results()[0][self.drid[mine]]
+            with np.errstate(invalid="ignore"):
+                if np.any(self.kv_done[mine] < self.prefill_done[mine]) or np.any(adm < self.kv_done[mine]):
+                    raise inv.InvariantError(f"disagg: a hand-off to sidecar {d} out of order")
+
+
+def make_disagg(env, sc: Scenario, arrivals: list[Arrivals], lat, host_s: float, res: Resources, bound, clients):
+    """The run's disaggregated sidecars (None without `disagg:`); a source of the lookahead `bound`."""
+    if sc.disagg is None:
+        return None
+    if clients is not None:
+        raise InputError(sc.source, "disagg", "a closed-loop workload creates each sidecar's requests: not with disagg")
+    if is_routed(sc):
+        raise InputError(sc.source, "disagg", "disaggregated serving deals requests to its prefill sidecars itself")
+    d = Disagg(env, sc, arrivals, lat, host_s, res, bound.lookahead)
+    d.bound_changed = bound.changed
+    bound.watch(d.next_at)
+    return d
