@@ -48,6 +48,9 @@ DESIGNS = {  # what each design is, for the paragraphs
     "shared_ts": "the shared GPU complete, `fleet.gpu_sharing: timeslice`: inner steps hold the serving GPU between "
     "barriers (at load 0.2: a time-sliced sidecar keeps about 43% of its GPU)",
     "testbed": "the paper's testbed twin: a GPU co-tenant in the 8 s after each merge, no DiLoCo traffic",
+    "disagg": "disaggregated prefill/decode, `disagg:` (host 0 of each island prefills, host 1 decodes): each "
+    "request's KV, 128 KiB per prompt token, crosses the island's NICs and switch that the all-reduce and "
+    "checkpoint writes use (2 islands x 2 hosts, at load 0.3)",
 }
 
 
@@ -112,11 +115,31 @@ def _se(summary: pd.DataFrame, regime: str, policy: str) -> tuple[float, float, 
     return float(r["sync_excess_mean"]), float(r["sync_excess_ci_low"]), float(r["sync_excess_ci_high"])
 
 
+def kv_times(out: Path) -> dict[tuple[str, str], float]:
+    """Disaggregated cells' mean KV hand-off time (summary `disagg.kv_transfer_mean_s`, sim.disagg) per
+    (regime, policy label), averaged over seeds and draws; empty without such runs or a store."""
+    from wadiloco.experiments.store import Store
+
+    if not (out / "runs.sqlite").is_file():
+        return {}
+    store = Store(out / "runs.sqlite", readonly=True)
+    try:
+        acc: dict[tuple[str, str], list[float]] = {}
+        for r in store.rows():
+            d = (r["summary"] or {}).get("disagg") if r["status"] == "ok" else None
+            if d:
+                acc.setdefault((r["regime"], r["policy_label"]), []).append(float(d["kv_transfer_mean_s"]))
+    finally:
+        store.close()
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
 def cells(out_dir: str | Path) -> list[dict[str, Any]]:
     """One record per regime of the sweep that names a cell or a control."""
     out = Path(out_dir)
     runs, summary = _tables(out)
     cap = read_capacity(out)
+    kv = kv_times(out)
     recs = []
     for regime in dict.fromkeys(summary["regime"]):
         parts = parse_regime(regime)
@@ -133,6 +156,7 @@ def cells(out_dir: str | Path) -> list[dict[str, Any]]:
         rec["loss_wa"] = float(wa["final_loss"].mean()) if len(wa) else math.nan
         rec["steps_wa"] = float(wa["inner_steps"].mean()) if len(wa) else math.nan
         rec["capacity_cost"] = cap.get(regime)
+        rec["kv_s"] = {p: kv[(regime, p)] for p in ("no_sync", FIXED) if (regime, p) in kv}
         recs.append(rec)
     return recs
 
@@ -248,8 +272,28 @@ def paragraphs(recs: list[dict[str, Any]]) -> list[str]:
                 text += f"In {b['regime']} ({ctl}, against {base} pp) no resource carries it: merges are safe there."
             else:
                 text += f"Deciding resource: **{d['resource']}**. In {b['regime']}, fixed's {base} pp becomes {ctl}."
-        out.append(text + _by_mitigation(mine))
+        out.append(text + _kv_note(recs, design) + _by_mitigation(mine))
     return out
+
+
+def _kv_note(recs: list[dict[str, Any]], design: str) -> str:
+    """For a disaggregated design: the mean KV hand-off time without merges and with fixed's, in the
+    cell its controls copy and in each control (what the network does to it)."""
+    ctl = [r for r in recs if r["design"] == design and r["unlimited"] and r.get("kv_s")]
+    base = [r for r in recs if r["design"] == design and not r["unlimited"] and r.get("kv_s")]
+    if ctl:
+        base = [r for r in base if r["mitigation"] == ctl[0]["mitigation"] and r["regime"] == ctl[0]["regime"]]
+    if not base:
+        return ""
+
+    def ms(r: dict[str, Any]) -> str:
+        quiet, busy = (1e3 * r["kv_s"].get(p, math.nan) for p in ("no_sync", FIXED))
+        return f"{quiet:.1f} ms without merges, {busy:.1f} ms with fixed's"
+
+    b = base[0]
+    text = f" KV hand-offs in {b['mitigation']} / {b['regime']}: {ms(b)}"
+    text += "".join(f"; `unlimited: [{r['unlimited']}]` {ms(r)}" for r in ctl)
+    return text + "."
 
 
 def _by_mitigation(mine: list[dict[str, Any]]) -> str:

@@ -27,12 +27,13 @@ def test_the_atlas_crosses_designs_mitigations_regimes_and_policies():
     cells = [at.parse_regime(n) for n in names]
     assert all(c is not None for c in cells), "every regime is a cell or a control"
     grid = {(c["design"], c["mitigation"], c["regime"]) for c in cells if not c["unlimited"]}
-    designs, mitigations = ("v1", "v0", "shared", "shared_ts"), ("none", "async", "stagger", "streaming", "int8")
+    designs = ("v1", "v0", "shared", "shared_ts", "disagg")
+    mitigations = ("none", "async", "stagger", "streaming", "int8")
     regimes = ("bursty", "aperiodic", "azure_conv", "mooncake")
     assert set(itertools.product(designs, mitigations, regimes)) <= grid
     assert ("testbed", "none", "stage12") in grid
     controls = {(c["design"], c["unlimited"]) for c in cells if c["unlimited"]}
-    assert {(d, r) for d in designs for r in ("gpu", "host")} | {("testbed", "gpu")} == controls
+    assert {(d, r) for d in designs for r in ("gpu", "host")} | {("testbed", "gpu"), ("disagg", "nic")} == controls
     assert {p["name"] for p in spec["policies"]} == POLICIES
 
 
@@ -107,3 +108,19 @@ def test_quick_atlas_writes_the_readme_section(tmp_path):
 def test_regime_names_parse(name, parts):
     got = at.parse_regime(name)
     assert (got and tuple(got.values())) == parts if parts else got is None
+
+
+def test_disaggregated_paragraph_quotes_the_kv_hand_offs():
+    """A design whose runs report KV hand-offs (disagg:) says how long they took with and without
+    merges, in the controls' cell and under each control."""
+
+    def rec(unl, kv, se):
+        return {"name": "x", "design": "disagg", "mitigation": "none", "regime": "bursty", "unlimited": unl}, {
+            "se_fixed": (se, se, se), "se_wa": (se, se, se), "kv_s": kv}  # fmt: skip
+
+    recs = [{**a, **b} for a, b in (rec("", {"no_sync": 0.0300, "fixed": 0.0312}, 0.001),
+                                      rec("nic", {"no_sync": 0.0004, "fixed": 0.0004}, 0.0))]  # fmt: skip
+    text = at.paragraphs(recs)[0]
+    assert "KV hand-offs in none / bursty: 30.0 ms without merges, 31.2 ms with fixed's" in text
+    assert "`unlimited: [nic]` 0.4 ms without merges, 0.4 ms with fixed's." in text
+    assert "Deciding resource: **nic**" in text
