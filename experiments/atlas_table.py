@@ -298,7 +298,7 @@ def _kv_note(recs: list[dict[str, Any]], design: str) -> str:
 
 def _by_mitigation(mine: list[dict[str, Any]]) -> str:
     """fixed's and wa_diloco's sync-excess per mitigation, each the mean over the design's regimes."""
-    parts = []
+    parts, counts = [], []
     for m in dict.fromkeys(r["mitigation"] for r in mine):
         rs = [r for r in mine if r["mitigation"] == m]
         f = [r["se_fixed"][0] for r in rs if math.isfinite(r["se_fixed"][0])]
@@ -307,10 +307,13 @@ def _by_mitigation(mine: list[dict[str, Any]]) -> str:
             fs = f"{100 * np.mean(f):+.2f}" if f else "n/a"
             ws = f"{100 * np.mean(w):+.2f}" if w else "n/a"
             parts.append(f"{m} {fs} / {ws}")
+            counts.append(len({r["regime"] for r in rs}))
     if len(parts) < 2:
         return ""
-    n = len({r["regime"] for r in mine})
-    return f" Sync-excess by mitigation (fixed / wa_diloco, pp, mean over {n} regime(s)): " + "; ".join(parts) + "."
+    over = f"{counts[0]} regime(s)"
+    if len(set(counts)) > 1:  # a design that runs some mitigations in fewer regimes: say how many each
+        parts, over = [f"{p} ({n})" for p, n in zip(parts, counts)], "(n) regimes"
+    return f" Sync-excess by mitigation (fixed / wa_diloco, pp, mean over {over}): " + "; ".join(parts) + "."
 
 
 def heatmap(recs: list[dict[str, Any]], path: str | Path) -> None:

@@ -27,13 +27,16 @@ def test_the_atlas_crosses_designs_mitigations_regimes_and_policies():
     cells = [at.parse_regime(n) for n in names]
     assert all(c is not None for c in cells), "every regime is a cell or a control"
     grid = {(c["design"], c["mitigation"], c["regime"]) for c in cells if not c["unlimited"]}
-    designs = ("v1", "v0", "shared", "shared_ts", "disagg")
-    mitigations = ("none", "async", "stagger", "streaming", "int8")
+    designs, mitigations = ("v1", "v0", "shared", "shared_ts"), ("none", "async", "stagger", "streaming", "int8")
     regimes = ("bursty", "aperiodic", "azure_conv", "mooncake")
     assert set(itertools.product(designs, mitigations, regimes)) <= grid
     assert ("testbed", "none", "stage12") in grid
+    # disaggregated serving (about 5x a colocated run): every regime unmitigated, every mitigation in mooncake
+    disagg = {("disagg", "none", r) for r in regimes} | {("disagg", m, "mooncake") for m in mitigations}
+    assert disagg == {c for c in grid if c[0] == "disagg"}
     controls = {(c["design"], c["unlimited"]) for c in cells if c["unlimited"]}
-    assert {(d, r) for d in designs for r in ("gpu", "host")} | {("testbed", "gpu"), ("disagg", "nic")} == controls
+    extra = {("testbed", "gpu"), ("disagg", "gpu"), ("disagg", "host"), ("disagg", "nic")}
+    assert {(d, r) for d in designs for r in ("gpu", "host")} | extra == controls
     assert {p["name"] for p in spec["policies"]} == POLICIES
 
 
