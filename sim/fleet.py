@@ -96,14 +96,7 @@ class Fleet:
         self.res = Resources(env, sc, self.check, self.seed)
         self.bound = bound = LookaheadBound(sc.horizon_s + sc.drain_s, lookahead)
         self.gpushare = gs = GpuShare(sc, w, self.res.hosts)
-        # disaggregated prefill/decode (sim.disagg) builds its own sidecars; None without `disagg:`
-        self.disagg = make_disagg(env, sc, self.arrivals, self.lat, self.host_s, self.res, bound, self.clients)
-        if self.disagg is not None:
-            self.sidecars = self.disagg.sidecars
-        else:
-            self.sidecars = make_sidecars(
-                env, sc, self.arrivals, self.lat, self.host_s, self.res.hosts, bound.lookahead, self.clients
-            )
+        self.sidecars = self._make_sidecars(bound)
         self.router = make_router(sc, self.seed, env, self.sidecars, self.arrivals, bound, self.clients)
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
@@ -153,6 +146,15 @@ class Fleet:
         self.trainer.start()
         if self.cotenant is not None:
             self.cotenant.start()
+
+    def _make_sidecars(self, bound: LookaheadBound) -> list:
+        """The engines: one per sidecar, or (with `disagg:`) the prefill and decode ones sim.disagg
+        builds and feeds (`self.disagg`, None without it)."""
+        env, sc, lat, hs = self.env, self.sc, self.lat, self.host_s
+        self.disagg = make_disagg(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
+        if self.disagg is not None:
+            return self.disagg.sidecars
+        return make_sidecars(env, sc, self.arrivals, lat, hs, self.res.hosts, bound.lookahead, self.clients)
 
     def _stream_round(self, rec: MergeRecord):
         """A Streaming DiLoCo round (merge.fragments > 1): the fragments' phases, no barrier."""
