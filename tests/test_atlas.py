@@ -1,5 +1,5 @@
 """The mechanism atlas (issue 15 item 5): experiments/atlas.yaml's layout, and a quick variant of it
-(a few cells, 60-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --readme`."""
+(one cell and its control, 24-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --readme`."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ QUICK = {"v1__none__bursty", "v1__none__bursty__unl-host"}
 
 
 def _quick(tmp_path: Path) -> Path:
-    """atlas.yaml cut to one cell (v1, none, bursty) and its host control, 40-s windows on 2 seeds."""
+    """atlas.yaml cut to one cell (v1, none, bursty) and its host control, 24-s windows on 2 seeds."""
     spec = _atlas()
     keep = QUICK
     regimes = []
@@ -69,7 +69,7 @@ def _quick(tmp_path: Path) -> Path:
         if p.get("name") == "fixed":
             p["params"] = {"H": 16}
         pols.append(p)
-    spec.update(regimes=regimes, policies=pols, seeds=2, horizon_s=40, bootstrap={"n_resamples": 200, "seed": 0})
+    spec.update(regimes=regimes, policies=pols, seeds=2, horizon_s=24, bootstrap={"n_resamples": 200, "seed": 0})
     path = tmp_path / "atlas_quick.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path
@@ -85,7 +85,7 @@ def test_quick_atlas_writes_the_readme_section(tmp_path):
     assert at.main([str(out), "--readme", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
     assert "old" not in text and text.endswith(f"{at.END}\n\nafter\n")
-    assert "## When is a merge safe?" in text and "14 runs: 2 seeds, 40 s windows" in text and "![the atlas" in text
+    assert "## When is a merge safe?" in text and "14 runs: 2 seeds, 24 s windows" in text and "![the atlas" in text
     assert (tmp_path / "docs" / "atlas.png").read_bytes()[:4] == b"\x89PNG"
     assert "**v1**:" in text and "unlimited: [host]" in text
     cells = {r["name"]: r for r in at.cells(out)}
