@@ -152,7 +152,7 @@ class Disagg:
         its output less the token its prefill made; an idle engine (its process ended) starts again."""
         sd = self.sidecars[d]
         core = sd.core
-        core.route_in(self.env.now, int(self.prompt[j]), int(self.output[j]) - 1)
+        core.route_in(self.env.now, int(self.prompt[j]), int(self.output[j]) - 1, cached=int(self.prompt[j]))
         self.drid[j] = core.n - 1
         if not sd.proc.is_alive:
             core.now = max(core.now, self.env.now)

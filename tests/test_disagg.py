@@ -24,9 +24,9 @@ def _sc(unlimited=(), horizon=20.0, load=0.15, islands=2, hosts=2, prefill=(0, 2
             "drain_s": 30,
             "fleet": {"islands": islands, "hosts_per_island": hosts, "unlimited": list(unlimited)},
             "merge": {"h_min": 8, "h_max": 16},
-            "workload": {"kind": "normal", "load": load},
             "policy": {"name": "fixed", "params": {"H": 8}},
             "disagg": {"prefill_sidecars": list(prefill)},
+            "workload": {"kind": "normal", "load": load},
             **extra,
         }
     )
@@ -54,6 +54,17 @@ def test_hand_case_ttft_is_the_prefill_plus_bytes_over_the_nic():
     assert d["kv_bytes"] == 1000 * KIB128 and d["kv_transfers"] == 1
 
 
+def test_the_decoder_admits_with_the_prompt_cached_and_computes_no_prefill():
+    """After the hand-off the decode engine's first iteration has no prefill tokens (one sequence),
+    then the request decodes from context prompt + 1: the 4 tokens left of 5 take exactly these
+    iterations, alone on the decoder."""
+    sc = _sc(islands=1, hosts=2, prefill=(0,))
+    req = simulate(sc, 0, "no_sync", arrivals=_one(1000, 5, 2)).requests
+    lat, h = default_latency("linear"), sc.engine.host_overhead_s
+    steps = [lat.a + lat.d] + [lat.a + lat.c * (1000 + 1 + k) + lat.d for k in range(3)]
+    assert req["finish"][0] - req["first_token"][0] == pytest.approx(sum(max(h, g) for g in steps), rel=1e-9)
+
+
 def test_one_token_requests_finish_at_their_prefill():
     r = simulate(_sc(islands=1, hosts=2, prefill=(0,)), 0, "no_sync", arrivals=_one(300, 1, 2))
     req = r.requests
@@ -62,7 +73,7 @@ def test_one_token_requests_finish_at_their_prefill():
 
 
 def test_every_request_once_and_deterministic():
-    sc = _sc()
+    sc = _sc(horizon=12.0)
     a, b = simulate(sc, 3), simulate(sc, 3)
     req = a.requests
     assert a.summary["merges"] >= 1 and req["completed"].all()
@@ -118,3 +129,6 @@ def test_bad_disagg_blocks_are_rejected(disagg, extra, match):
 def test_disagg_needs_an_open_loop_and_its_own_dealing():
     with pytest.raises(InputError, match="deals requests"):
         simulate(_sc(router={"name": "round_robin"}), 0, "no_sync")
+    closed = {"kind": "closed_loop", "mode": "users", "users": 4}
+    with pytest.raises(InputError, match="closed-loop"):
+        simulate(_sc(workload=closed), 0, "no_sync")
