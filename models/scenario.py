@@ -374,6 +374,16 @@ class DisaggConfig(Strict):
         return v
 
 
+class RemoteKVConfig(Strict):
+    """A remote KV/prefix pool (Mooncake's distributed KV pool, LMCache's peer sharing; sim.kvstore,
+    docs/model.md "Remote KV pool"): with engine.prefix_cache on, the sidecars' prefix caches are one
+    pool; a request whose leading blocks another sidecar holds beyond its own fetches their KV from
+    that sidecar's host over the network fabric before it enters its engine (TTFT waits for it)."""
+
+    # null: the engine's model shape (models.kv.bytes_per_token): 128 KiB for Llama-3-8B in bf16
+    kv_bytes_per_token: int | None = Field(None, ge=1, le=1 << 30)
+
+
 class LabelsConfig(Strict):
     """Testbed labels on every request, read at its start (the batch start of a closed loop):
     `sync_active` from the `sync` timetable; with `pressure`, also `max_pressure` (the 3.2 values,
@@ -420,6 +430,7 @@ class Scenario(Strict):
     cotenant: CotenantConfig | None = None
     testbed_labels: LabelsConfig | None = None
     disagg: DisaggConfig | None = None  # null: every sidecar prefills and decodes its own requests
+    remote_kv: RemoteKVConfig | None = None  # null: a sidecar reads only its own prefix cache
     # Where relative paths (traces) resolve from: the scenario file's folder. Not a YAML field.
     base_dir: str = Field(".", exclude=True)
     source: str = Field("<scenario>", exclude=True)
@@ -439,6 +450,8 @@ class Scenario(Strict):
                 f"disagg.prefill_sidecars {d.prefill_sidecars}: the fleet has {n} sidecar(s), indices 0..{n - 1}, "
                 "and needs at least one left to decode"
             )
+        if d is not None and self.remote_kv is not None:
+            raise ValueError("disagg and remote_kv do not combine: prefill sidecars keep no prefix cache to pool")
         return self
 
     @model_validator(mode="after")
@@ -509,6 +522,7 @@ OPT_IN_FIELDS = (
     "interference.gpu_inner_weight",
     "router",
     "disagg",
+    "remote_kv",
 )
 
 

@@ -36,7 +36,7 @@ from wadiloco.models.latency import LatencyModel
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.serving import serve
 from wadiloco.models.workloads import Arrivals
-from wadiloco.sim.build import engine_kv, engine_step
+from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
 from wadiloco.sim.engine import Sidecar, delay_to
 from wadiloco.sim.fabric import INF, Link
 from wadiloco.sim.resources import Resources
@@ -47,13 +47,39 @@ NAN = math.nan
 EMPTY = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
 
 
-def kv_bytes_per_token(sc: Scenario) -> int:
-    """KV bytes per prompt token a hand-off moves: `disagg.kv_bytes_per_token`, or the engine's model
-    shape (models.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
-    d, e = sc.disagg, sc.engine
-    if d.kv_bytes_per_token is not None:
-        return d.kv_bytes_per_token
+def kv_bytes_per_token(sc: Scenario, given: int | None) -> int:
+    """KV bytes per prompt token a hand-off or a fetch moves: `given`, or the engine's model shape
+    (models.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
+    e = sc.engine
+    if given is not None:
+        return given
     return bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
+
+
+def enter(env, sd: Sidecar, prompt: int, output: int, cached: int, hashes=None) -> int:
+    """A request enters sidecar `sd`'s engine now from outside (a hand-off, a fetch: route_in, with
+    `cached` prompt tokens whose KV came with it); an idle engine (its process ended) starts again,
+    stepping one iteration at a time. Returns the request's index in that engine."""
+    core = sd.core
+    core.route_in(env.now, prompt, output, cached=cached, hashes=hashes)
+    if not sd.proc.is_alive:
+        core.now = max(core.now, env.now)
+        sd.proc = env.process(serve(core, sd, sd.la, False))
+    return core.n - 1
+
+
+def kv_links(sc: Scenario, res: Resources, p: int, d: int) -> list[Link]:
+    """What a KV flow from sidecar p's host to sidecar d's host crosses: the fewest-hop route's edges
+    and the backplane of every switch on it (as sim.merge routes the all-reduce); one host's PCIe if
+    both are on it (an assumption: no NVLink between its GPUs is modelled)."""
+    per_host = sc.fleet.sidecars_per_host
+    hp, hd = res.hosts[p // per_host], res.hosts[d // per_host]
+    if hp is hd:
+        return [hp.pcie]
+    net = res.net
+    edges = route(net.graph, hp.name, hd.name)
+    nodes = [edges[0][0]] + [v for _, v in edges]
+    return [net.edge_links[e] for e in edges] + [net.backplanes[x] for x in nodes if x in net.backplanes]
 
 
 class _Prefills:
@@ -79,6 +105,8 @@ class Disagg:
     (fleet-wide index j, in arrival order): its prefill sidecar, when its prefill ended, when its
     KV was in, its decode sidecar and its index there."""
 
+    key = "disagg"  # the summary's key
+
     def __init__(self, env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, res, la):
         self.env, self.sc, self.res, self.la = env, sc, res, la
         n, per_host = sc.fleet.n_sidecars, sc.fleet.sidecars_per_host
@@ -95,7 +123,7 @@ class Disagg:
         self.dest, self.drid = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
         self.pending = m  # requests not yet handed to a decode engine (or done at their prefill)
         self.inflight = [0] * n
-        self.bytes_per_token = kv_bytes_per_token(sc)
+        self.bytes_per_token = kv_bytes_per_token(sc, sc.disagg.kv_bytes_per_token)
         self.kv_bytes = 0.0
         self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by the fleet)
         e, step = sc.engine, engine_step(sc)
@@ -149,14 +177,9 @@ class Disagg:
 
     def _enter(self, j: int, d: int) -> None:
         """Request j's KV is in decode sidecar d: it joins d's queue with its whole prompt cached and
-        its output less the token its prefill made; an idle engine (its process ended) starts again."""
-        sd = self.sidecars[d]
-        core = sd.core
-        core.route_in(self.env.now, int(self.prompt[j]), int(self.output[j]) - 1, cached=int(self.prompt[j]))
-        self.drid[j] = core.n - 1
-        if not sd.proc.is_alive:
-            core.now = max(core.now, self.env.now)
-            sd.proc = self.env.process(serve(core, sd, sd.la, False))
+        its output less the token its prefill made."""
+        p = int(self.prompt[j])
+        self.drid[j] = enter(self.env, self.sidecars[d], p, int(self.output[j]) - 1, p)
 
     def _settled(self) -> None:
         self.pending -= 1
@@ -177,17 +200,7 @@ class Disagg:
         return min(near, key=load)
 
     def _links(self, p: int, d: int) -> list[Link]:
-        """What the KV flow from p's host to d's host crosses: the fewest-hop route's edges and the
-        backplane of every switch on it (as sim.merge routes the all-reduce); one host's PCIe if both
-        are on it (an assumption: no NVLink between its GPUs is modelled)."""
-        per_host, res = self.sc.fleet.sidecars_per_host, self.res
-        hp, hd = res.hosts[p // per_host], res.hosts[d // per_host]
-        if hp is hd:
-            return [hp.pcie]
-        net = res.net
-        edges = route(net.graph, hp.name, hd.name)
-        nodes = [edges[0][0]] + [v for _, v in edges]
-        return [net.edge_links[e] for e in edges] + [net.backplanes[x] for x in nodes if x in net.backplanes]
+        return kv_links(self.sc, self.res, p, d)
 
     # -- results ---------------------------------------------------------------------------------
     def per_sidecar(self) -> list[tuple]:
@@ -254,6 +267,8 @@ def make_disagg(env, sc: Scenario, arrivals: list[Arrivals], lat, host_s: float,
         raise InputError(sc.source, "disagg", "a closed-loop workload creates each sidecar's requests: not with disagg")
     if is_routed(sc):
         raise InputError(sc.source, "disagg", "disaggregated serving deals requests to its prefill sidecars itself")
+    if engine_prefix(sc) is not None:
+        raise InputError(sc.source, "disagg", "engine.prefix_cache is not modelled on prefill sidecars: leave it off")
     d = Disagg(env, sc, arrivals, lat, host_s, res, bound.lookahead)
     d.bound_changed = bound.changed
     bound.watch(d.next_at)

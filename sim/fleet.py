@@ -41,6 +41,7 @@ from wadiloco.sim.build import (
 from wadiloco.sim.cotenant import Cotenant
 from wadiloco.sim.disagg import make_disagg
 from wadiloco.sim.gpushare import GpuShare
+from wadiloco.sim.kvstore import make_remote_kv
 from wadiloco.sim.lookahead import LookaheadBound
 from wadiloco.sim.merge import MergeExecutor, resolve_weights
 from wadiloco.sim.monitor import Monitor
@@ -148,12 +149,15 @@ class Fleet:
             self.cotenant.start()
 
     def _make_sidecars(self, bound: LookaheadBound) -> list:
-        """The engines: one per sidecar, or (with `disagg:`) the prefill and decode ones sim.disagg
-        builds and feeds (`self.disagg`, None without it)."""
+        """The engines: one per sidecar, or engines fed from outside (`self.fed`, None otherwise): the
+        prefill and decode ones of `disagg:` (sim.disagg), or those whose caches pool (`remote_kv:`,
+        sim.kvstore)."""
         env, sc, lat, hs = self.env, self.sc, self.lat, self.host_s
-        self.disagg = make_disagg(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
-        if self.disagg is not None:
-            return self.disagg.sidecars
+        self.fed = make_disagg(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
+        if self.fed is None:
+            self.fed = make_remote_kv(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
+        if self.fed is not None:
+            return self.fed.sidecars
         return make_sidecars(env, sc, self.arrivals, lat, hs, self.res.hosts, bound.lookahead, self.clients)
 
     def _stream_round(self, rec: MergeRecord):
@@ -203,9 +207,9 @@ class Fleet:
         """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
         run's peak of memory); a closed loop's requests are the engines' own, with their client's
         columns (models.clients: the batch or user, and when the client saw each request done);
-        disaggregated serving's are each request once, on its prefill sidecar (sim.disagg)."""
-        if self.disagg is not None:
-            return self.disagg.per_sidecar()
+        engines fed from outside give theirs (sim.disagg: each request once, on its prefill sidecar)."""
+        if self.fed is not None:
+            return self.fed.per_sidecar()
         if self.clients is None:
             return [
                 (
@@ -255,8 +259,8 @@ class Fleet:
         summary.update(prefix_summary(self.sidecars))  # only with prefix caches (engine.prefix_cache)
         if self.router is not None:  # only then (router.name not static)
             summary["router"] = self.router.summary()
-        if self.disagg is not None:  # only then (disagg:): the KV hand-offs
-            summary["disagg"] = self.disagg.summary()
+        if self.fed is not None:  # only then (disagg:, remote_kv:): the KV hand-offs or fetches
+            summary[self.fed.key] = self.fed.summary()
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
         if self.cotenant is not None:  # only then: the default summary keeps its keys
@@ -277,11 +281,11 @@ class Fleet:
         counts = [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
         inv.check_requests(req, sum(counts))
         done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
-        for i, s in enumerate(self.sidecars if self.disagg is None else ()):
+        for i, s in enumerate(self.sidecars if self.fed is None else ()):
             inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
             inv.check_kv(i, s.core)
-        if self.disagg is not None:  # each engine's own requests: dealt to a prefill, handed to a decoder
-            self.disagg.check(self.env.now)
+        if self.fed is not None:  # each engine's own requests (dealt to a prefill, handed to a decoder, ...)
+            self.fed.check(self.env.now)
         if self.clients is not None:
             check_clients(req, self.clients)
         inv.check_merges(merges)

@@ -132,3 +132,5 @@ def test_disagg_needs_an_open_loop_and_its_own_dealing():
     closed = {"kind": "closed_loop", "mode": "users", "users": 4}
     with pytest.raises(InputError, match="closed-loop"):
         simulate(_sc(workload=closed), 0, "no_sync")
+    with pytest.raises(InputError, match="prefix_cache"):
+        simulate(_sc(engine={"prefix_cache": 4096}), 0, "no_sync")
