@@ -30,11 +30,11 @@ import math
 import numpy as np
 
 from wadiloco.models import invariants as inv
+from wadiloco.models.core import serve  # compiled or pure (models/core.py), as sim.engine runs it
 from wadiloco.models.errors import InputError
 from wadiloco.models.kv import bytes_per_token
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.scenario import Scenario
-from wadiloco.models.serving import serve
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
 from wadiloco.sim.engine import Sidecar, delay_to
@@ -54,6 +54,27 @@ def kv_bytes_per_token(sc: Scenario, given: int | None) -> int:
     if given is not None:
         return given
     return bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
+
+
+class _Fed:
+    """The gate of an engine fed from outside (hand-offs, fetches): nothing is known ahead, so an idle
+    engine's process ends (`enter` starts it again). Not models.serving's NO_GATE, so the monitor
+    samples these engines as they are (sim.monitor.lazy_ok: their arrays are not their arrivals)."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = INF
+
+
+FED = _Fed()
+
+
+def fed(sd: Sidecar) -> Sidecar:
+    """Sidecar `sd` as an engine fed from outside: its booking refreshes the request count entries
+    grow (`slow`), and it has the FED gate."""
+    sd.core.slow, sd.core.gate = True, FED
+    return sd
 
 
 def enter(env, sd: Sidecar, prompt: int, output: int, cached: int, hashes=None) -> int:
@@ -141,7 +162,7 @@ class Disagg:
                 )
             )  # fmt: skip
             if not pre:
-                self.sidecars[-1].core.slow = True  # its booking refreshes the request count hand-offs grow
+                fed(self.sidecars[-1])
 
     def next_at(self) -> float:
         """A lookahead source: -inf while a hand-off may still enter a decode engine."""

@@ -29,7 +29,7 @@ from wadiloco.models.errors import InputError
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
-from wadiloco.sim.disagg import EMPTY, enter, kv_bytes_per_token, kv_links
+from wadiloco.sim.disagg import EMPTY, enter, fed, kv_bytes_per_token, kv_links
 from wadiloco.sim.engine import Sidecar, delay_to
 from wadiloco.sim.fabric import INF
 from wadiloco.sim.routing import is_routed
@@ -58,7 +58,7 @@ class RemoteKV:
                     kv=engine_kv(sc, s), prefix=engine_prefix(sc),
                 )
             )  # fmt: skip
-            self.sidecars[-1].core.slow = True  # its booking refreshes the request count entries grow
+            fed(self.sidecars[-1]).t_arr = arrivals[s].t  # the monitor counts arrivals as they arrive
         self.rid = [np.full(len(a.t), -1, np.int64) for a in arrivals]
         self.entered = [np.full(len(a.t), NAN) for a in arrivals]
         self.fetched = [np.zeros(len(a.t), np.int64) for a in arrivals]
