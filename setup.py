@@ -1,9 +1,9 @@
 """Build the compiled serving core (issue 16): Cython, pure-Python mode, from the project's own sources.
 
-models/batching.py and models/serving.py stay the one source of the engine's logic (plain Python;
+models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic (plain Python;
 models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
-its own (`wadiloco.models._batching_c`, `wadiloco.models._serving_c`; the compiled serving imports
-the compiled batching) with the digest of the sources it was built from, and compiled. The
+its own (`wadiloco.models._batching_c`, `_kv_c`, `_serving_c`; the compiled serving imports the
+compiled batching and KV pool) with the digest of the sources it was built from, and compiled. The
 compiled module never shadows the .py: models/core.py imports it only if that digest matches the
 sources beside it, else it warns once and runs the pure modules (an edited serving.py in a
 developer's tree runs as edited). Everything else is in setup.cfg; Cython comes from pyproject.toml's
@@ -20,11 +20,19 @@ from setuptools import setup
 ROOT = Path(__file__).resolve().parent
 MODELS = ROOT / "models"
 # Every file whose text the compiled core is made of (models/core.py computes the same digest).
-SOURCES = ("batching.py", "batching.pxd", "serving.py", "serving.pxd")
+SOURCES = ("batching.py", "batching.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
 # (compiled module, its source, the imports its copy takes from the compiled modules instead)
 MODULES = (
     ("_batching_c", "batching", ()),
-    ("_serving_c", "serving", (("wadiloco.models.batching import", "wadiloco.models._batching_c import"),)),
+    ("_kv_c", "kv", ()),
+    (
+        "_serving_c",
+        "serving",
+        (
+            ("wadiloco.models.batching import", "wadiloco.models._batching_c import"),
+            ("wadiloco.models.kv import", "wadiloco.models._kv_c import"),
+        ),
+    ),
 )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import wadiloco.models.serving as pure_serving
+import wadiloco.sim.build as sim_build
 import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
@@ -60,7 +61,7 @@ def event_mark(env):
 
 def use_core(mod) -> None:
     """Run the engines on serving module `mod` (models.core.serving, or the pure models.serving)."""
-    sim_engine.EngineState, sim_engine.serve = mod.EngineState, mod.serve
+    sim_engine.EngineState, sim_engine.serve, sim_build.KVPool = mod.EngineState, mod.serve, mod.KVPool
 
 
 def time_fleet(sc: Scenario, seed: int, mod=None) -> dict:

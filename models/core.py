@@ -1,7 +1,7 @@
-"""Which serving core runs: the compiled one (setup.py: Cython from models/serving.py and batching.py)
-or those pure-Python modules themselves. Import the engine's entry points from here.
+"""Which serving core runs: the compiled one (setup.py: Cython from models/serving.py, batching.py and
+kv.py) or those pure-Python modules themselves. Import the engine's entry points from here.
 
-The compiled modules have names of their own (`_serving_c`, `_batching_c`), so they never shadow the
+The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_kv_c`), so they never shadow the
 .py files, and they carry the digest of the sources they were built from. They are used only if it
 matches the sources beside this file: a tree edited since the build runs its pure modules, with one
 warning, and results never depend on whether a binary is stale. $WADILOCO_PURE=1 (or the CLI's and
@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("batching.py", "batching.pxd", "serving.py", "serving.pxd")  # as setup.py digests them
+SOURCES = ("batching.py", "batching.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")  # as setup.py digests them
 PURE_ENV = "WADILOCO_PURE"
 
 
@@ -61,3 +61,4 @@ def select() -> tuple[ModuleType, str]:
 
 serving, KIND = select()
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
+KVPool = serving.KVPool  # the block pool class the selected core was built with (models.kv)

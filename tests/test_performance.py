@@ -21,6 +21,7 @@ import pytest
 
 import wadiloco.models.core as core
 import wadiloco.models.serving as pure
+import wadiloco.sim.build as build
 import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import event_mark, processed_events
@@ -123,6 +124,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
     for mod in (mod_a, mod_b):
         monkeypatch.setattr(engine, "EngineState", mod.EngineState)
         monkeypatch.setattr(engine, "serve", mod.serve)
+        monkeypatch.setattr(build, "KVPool", mod.KVPool)
         out.append(Fleet(resolve(sc), seed).run())
     a, b = out
     assert a.requests.keys() == b.requests.keys()
