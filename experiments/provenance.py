@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 DIST = "wadiloco-sim"
+GIT_TIMEOUT_S = 60
 
 
 @functools.cache
@@ -33,15 +34,21 @@ def version() -> str:
 def git_revision() -> str | None:
     """The checkout's commit (`+dirty` if it has uncommitted changes), or None outside git."""
     root = Path(__file__).resolve().parents[1]
+    # A generous timeout: `git status` on a loaded machine can take seconds, and a sweep's processes
+    # that timed out differently would record different revisions (a report that differs by run).
     try:
         rev = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
-            timeout=5,
+            timeout=GIT_TIMEOUT_S,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
