@@ -47,9 +47,14 @@ class KVPool:
     memory); `used` counts the blocks held by running requests (less those a prefix cache holds for
     them: `shared`); the rest is free. Statistics: `preemptions`,
     `rejected` (too long ever to fit), `peak` (largest used/cap after an iteration's allocations)
-    and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage)."""
+    and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage), `copied`
+    (blocks swapped out and in, with `swap`)."""
 
     __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig", "shared") + (
+        "swap",
+        "swapped",
+        "copy",
+        "copied",
         "preemptions",
         "rejected",
         "peak",
@@ -58,7 +63,7 @@ class KVPool:
         "need_now",
     )
 
-    def __init__(self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0):
+    def __init__(self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0, swap: bool = False):
         if pool < 1 or block_size < 1:
             raise ValueError(f"a KV pool needs at least one block of at least one token (got {pool}, {block_size})")
         self.bs, self.pool, self.reserved = block_size, pool, reserved
@@ -75,6 +80,11 @@ class KVPool:
         self.peak = 0.0
         self.sum_used = self.sum_cap = 0
         self.need_now = 0  # blocks the decoders take at the iteration about to start
+        # swap preemption (engine.preemption: swap): swapped-out request -> (context, iterations left),
+        # in swap-out order; blocks to copy over PCIe before the next iteration; blocks copied so far
+        self.swap = swap
+        self.swapped: dict[int, tuple[int, int]] = {}
+        self.copy = self.copied = 0
 
     def too_long(self, total: int, prompt: int) -> bool:
         """A request that could never run: its last iteration's context, or its prompt and the

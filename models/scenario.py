@@ -141,6 +141,11 @@ class EngineConfig(Strict):
     # 512-token blocks keyed by the requests' block hashes (Mooncake's hash_ids block size, trace README);
     # hits skip prefill. With a KV pool the cache's blocks are reserved out of it. None or 0: off.
     prefix_cache: int | None = Field(None, ge=0, le=10_000_000_000)
+    # How a KV pool preempts: recompute (vLLM V1's only mode: the request's blocks are freed and its
+    # context recomputed) or swap (vLLM V0's preemption_mode="swap": a decoder's blocks go to host
+    # memory over the host's PCIe link, merge.pcie_gbps, where merge staging copies contend, and come
+    # back before it resumes). docs/engine.md.
+    preemption: Literal["recompute", "swap"] = "recompute"
     # Block hashes for a synthetic workload's requests (traces bring their own): None, no hashes.
     shared_prefix: SharedPrefix | None = None
 
@@ -154,6 +159,8 @@ class EngineConfig(Strict):
             )
         if self.model is not None and self.profile is None:
             raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
+        if self.preemption != "recompute" and self.kv_blocks is None and self.gpu_memory_gb is None:
+            raise ValueError("engine.preemption swap preempts KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         if self.merge_memory != "none" and self.kv_blocks is None and self.gpu_memory_gb is None:
             raise ValueError("engine.merge_memory takes KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         return self
@@ -505,6 +512,7 @@ OPT_IN_FIELDS = (
     "engine.merge_memory",
     "engine.prefix_cache",
     "engine.shared_prefix",
+    "engine.preemption",
     "merge.checkpoint_mode",
     "merge.checkpoint_stagger",
     "merge.fragments",

@@ -25,9 +25,12 @@ rules independently, as the tests' oracle):
 
 With a KV-cache pool (models.kv; `kv`, None: unlimited) rule 2 first gives every decoder crossing a
 block boundary its block, preempting the most recently admitted running request while they do not
-fit (recompute: `make_room`, `_preempt`), and admits only while the prompt's blocks fit above the
-watermark (`admit_kv`); a finished request's blocks go back (`release`); fast-forward stops where
-the free blocks run out (`kv_run`). docs/engine.md.
+fit (recompute: `make_room`, `_preempt`; or swap: its blocks go to host memory and come back,
+`_swap_in`, copied over PCIe before the iteration, `_shared_step`), and admits only while the
+prompt's blocks fit above the watermark (`admit_kv`); a finished request's blocks go back
+(`release`); fast-forward stops where the free blocks run out (`kv_run`). Cached prompt tokens
+(given with a request, or a prefix cache's hit: models.prefix; `skip`, `take_cached`) are not
+prefilled. docs/engine.md.
 
 `serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
 until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
@@ -88,6 +91,10 @@ class Clock(Protocol):
     def shared(self, g: float, h: float, f: float, sequential: bool) -> Generator:
         """Run GPU work g, host work h and frontend work f as jobs among the others, all at once
         or (sequential) one after the other in the order h, g, f; returns when all are done."""
+
+    def copy(self, blocks: int) -> Generator:
+        """Copy this many KV blocks between GPU and host memory (swap) over the host's copy path,
+        among the jobs there; returns when done (at once when that path is unlimited)."""
 
 
 class Bound(Protocol):
@@ -282,8 +289,9 @@ class EngineState:
     def queue_len(self, now: float) -> int:
         """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
         or before an earlier instant, so the search can start there.)"""
-        i, t = self.next_i, self.t_arr
-        return len(self.waiting) + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
+        i, t, kv = self.next_i, self.t_arr, self.kv
+        swapped = len(kv.swapped) if kv is not None else 0  # (swapped out: waiting to come back)
+        return len(self.waiting) + swapped + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
 
     def arrived(self, now: float) -> int:
         return bisect_right(self.t_arr, now)
@@ -294,7 +302,7 @@ class EngineState:
     def counts(self, now: float) -> Counts:
         """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
         arrived = bisect_right(self.t_arr, now)
-        waiting = len(self.waiting) + arrived - self.next_i
+        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.swapped) if self.kv is not None else 0)
         rejected = self.kv.rejected if self.kv is not None else 0
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
@@ -461,7 +469,11 @@ class EngineState:
     def _preempt(self, rid: int, t: int, n_dec: int, sum_ctx: int, need: int) -> tuple[int, int, int]:
         """Recompute preemption (vLLM V1): free the request's blocks and put it back at the head of
         the queue; a decoder with ctx tokens so far comes back as a prompt of ctx tokens (its prefill
-        recomputes them and yields its next token) and wants the rest of its output."""
+        recomputes them and yields its next token) and wants the rest of its output. With swap
+        (`kv.swap`, vLLM V0's preemption_mode swap) a decoder's context blocks are copied to host
+        memory instead (`kv.copy`: blocks crossing PCIe before the iteration) and it waits in
+        `kv.swapped` (context, iterations left) to be swapped back in (`_swap_in`); a request still in
+        prefill is recomputed either way."""
         kv, prompt, output = self.kv, self.prompt, self.output
         del kv.running[rid]
         kv.preemptions += 1
@@ -489,6 +501,10 @@ class EngineState:
             need -= phase == t % kv.bs
             kv.used -= blocks(ctx - 1, kv.bs) - shared
             n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
+            if kv.swap:  # its whole context goes to host memory (the cache's copy of shared blocks may go)
+                kv.swapped[rid] = (ctx, due - t)
+                kv.copy += blocks(ctx - 1, kv.bs)
+                return n_dec, sum_ctx, need
             kv.orig.setdefault(rid, (prompt[rid], output[rid]))
             prompt[rid], output[rid] = ctx, total - ctx
         self.waiting.appendleft(rid)
@@ -499,6 +515,8 @@ class EngineState:
         admit FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`);
         a request too long ever to fit is rejected."""
         n_dec, sum_ctx = self.make_room(self.diter, n_dec, sum_ctx)
+        if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
+            n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
         prefilling, waiting, prefilled, prompt, kv = self.prefilling, self.waiting, self.prefilled, self.prompt, self.kv
         budget0 = self.budget
         budget = budget0 - n_dec
@@ -512,7 +530,7 @@ class EngineState:
             budget -= take
         admitted, room, start = self.admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
-        while waiting and budget > 0 and room > 0:
+        while waiting and budget > 0 and room > 0 and not kv.swapped:
             rid = waiting[0]
             p = prompt[rid]
             if kv.too_long(p + self.output[rid], p):
@@ -542,6 +560,32 @@ class EngineState:
             budget -= take
             room -= 1
         return chunks, budget0 - n_dec - budget, n_dec, sum_ctx
+
+    def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Before iteration t, after `make_room`: swapped-out decoders come back FCFS while their
+        context's blocks (and the block the iteration may write) fit above the watermark (none kept
+        when nothing else runs), batch and token budget allowing; their blocks cross PCIe in again
+        (`kv.copy`) and they decode in this iteration. Publishes and returns the new (n_dec, sum_ctx)."""
+        kv, prompt, output, bs, sw = self.kv, self.prompt, self.output, self.kv.bs, self.kv.swapped
+        room = min(self.max_seqs - len(self.prefilling), self.budget) - n_dec
+        while sw and room > 0:
+            rid = next(iter(sw))
+            ctx, left = sw[rid]
+            nb, phase = blocks(ctx - 1, bs), (t + left + 1 - prompt[rid] - output[rid]) % bs
+            cross = phase == t % bs
+            keep = kv.wm if n_dec or self.prefilling else 0
+            if kv.used + kv.need_now + nb + cross + keep > kv.cap:
+                break
+            del sw[rid]
+            kv.used += nb
+            kv.need_now += cross
+            kv.cnt[phase] += 1
+            kv.running[rid] = None
+            kv.copy += nb
+            heapq.heappush(self.fin_heap, (t + left, rid))
+            n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return n_dec, sum_ctx
 
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or to the last
@@ -586,10 +630,17 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
 
 def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
     """One iteration (what is left of it: GPU, host and frontend `work`) as jobs among the others,
-    from the engine's clock `now`; returns the time it ends."""
-    st.contended += 1
-    if t_sim != now:  # (cannot happen: work on the links clears the lookahead bound)
+    from the engine's clock `now`, after the blocks swapped out or in cross PCIe (`kv.copy`, before
+    the GPU step, as vLLM V0's cache engine swaps); returns the time it ends."""
+    kv = st.kv
+    copy = kv.copy if kv is not None else 0
+    st.contended += 1 if not copy or clock.gpu_jobs or clock.host_jobs else 0
+    if t_sim != now:  # (only for swap copies: work on the links clears the lookahead bound)
         yield clock.wait(delay_to(t_sim, now))
+    if copy:
+        kv.copy = 0
+        kv.copied += copy
+        yield from clock.copy(copy)
     yield from clock.shared(*work, st.seq)
     return clock.now()
 
@@ -636,7 +687,7 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             waiting.append(i)
             i += 1
         st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
-        if not n_dec and not prefilling and not waiting:  # idle until the next arrival (or a router's)
+        if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
             if i >= n and gate.until == INF:
                 return
             k, span = 0, (t_arr[i] if i < n else gate.until) - now
@@ -655,9 +706,9 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             g0, h, f = st.step_work(chunks, n_dec, g0)
         dg = sdg = c * n_dec
         sg, sh, slowed = g0, h, False
-        if gpu_jobs or host_jobs:  # (merge work on the frontend's link comes with work on the host's)
+        if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
             rg, rh, rf = sp = clock.speeds()
-            if rg is None or rh is None or rf is None:  # the links are shared: the iteration's work goes to them
+            if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
                 end = t_sim = yield from _shared_step(st, clock, (g0, h, f), t_sim, now)
                 k = 1
                 continue

@@ -67,8 +67,7 @@ def engine_kv(sc: Scenario, s: int) -> KVPool | None:
     e = sc.engine
     if (e.kv_blocks is None and e.gpu_memory_gb is None) or "kv" in sc.fleet.unlimited:
         return None
-    block_bytes = bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
-    block_bytes *= e.kv_block_size
+    block_bytes = kv_block_bytes(sc)
     if e.kv_blocks is not None:
         pool = e.kv_blocks
     else:
@@ -84,7 +83,13 @@ def engine_kv(sc: Scenario, s: int) -> KVPool | None:
         m = sc.merge
         shard = sc.training.params / sc.fleet.hosts_per_island
         reserved = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
-    return KVPool(pool, e.kv_block_size, e.kv_watermark, reserved)
+    return KVPool(pool, e.kv_block_size, e.kv_watermark, reserved, swap=e.preemption == "swap")
+
+
+def kv_block_bytes(sc: Scenario) -> int:
+    """Bytes of one KV block of the model shape (what a swap copies per block)."""
+    e = sc.engine
+    return e.kv_block_size * bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
 
 
 def engine_prefix(sc: Scenario) -> PrefixCache | None:
@@ -114,7 +119,9 @@ def kv_summary(sidecars: list[Sidecar]) -> dict:
     if not pools:
         return {}
     cap = sum(p.sum_cap for p in pools)
+    swap = {"swap_blocks": sum(p.copied for p in pools)} if any(p.swap for p in pools) else {}
     return {
+        **swap,
         "preemptions": sum(p.preemptions for p in pools),
         "rejected_too_long": sum(p.rejected for p in pools),
         "kv_usage_peak": max(p.peak for p in pools),
@@ -249,6 +256,8 @@ def make_sidecars(
             client=clients[s] if clients is not None else None,
             kv=engine_kv(sc, s),
             prefix=engine_prefix(sc),
+            pcie=hosts[s // per_host].pcie,
+            block_bytes=kv_block_bytes(sc),
         )
         for s in range(sc.fleet.n_sidecars)
     ]

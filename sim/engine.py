@@ -77,6 +77,8 @@ class Sidecar:
         client=None,
         kv: KVPool | None = None,
         prefix: PrefixCache | None = None,
+        pcie: Link | None = None,
+        block_bytes: int = 0,
     ):
         self.env = env
         self.idx = idx
@@ -108,6 +110,10 @@ class Sidecar:
         # queries on the present state: queue_len(now), running(), counts(now) (models.serving)
         self.queue_len, self.running, self.counts = core.queue_len, core.running, core.counts
         self.gpu, self.host, self.front = gpu, host, front
+        # swap preemption's copies (KV blocks of block_bytes each) cross the host's PCIe link
+        self.pcie, self.block_gbits = pcie, block_bytes * 8 / 1e9
+        if kv is not None and kv.swap and pcie is None:
+            raise ValueError("swap preemption needs the host's PCIe link")
         self.gpu_jobs, self.host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
         self.wait = env.timeout
         # The engine stays its links' occupant for good; `interruptible` says whether a call from
@@ -165,6 +171,12 @@ class Sidecar:
 
     def _job(self, link: Link | None, work: float):
         return link.fabric.start([link], work, 1.0, 1.0, ("serve", self.idx)) if work > 0 else None
+
+    def copy(self, blocks: int):
+        link = self.pcie
+        if link.capacity == math.inf:  # fleet.unlimited: [pcie]: the copy takes no time
+            return
+        yield link.fabric.start([link], blocks * self.block_gbits, 1.0, math.inf, ("serve", self.idx)).done
 
     def shared(self, g: float, h: float, f: float, sequential: bool):
         if sequential:  # schedule, GPU step, output processing

@@ -6,11 +6,13 @@ tests/test_queueing.py (bursty-kv)."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+import simpy
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.models import invariants as inv
@@ -19,6 +21,8 @@ from wadiloco.models.kv import KVPool, bytes_per_token, pool_blocks
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.build import engine_kv
+from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,3 +172,41 @@ def test_merge_memory_preempts_and_unlimited_kv_removes_it():
     assert held["ttft_p95_s"] > 1.3 * free["ttft_p95_s"]
     unlimited = simulate(_short({**base, "engine.merge_memory": "always", "fleet.unlimited": ["kv"]}), seed=1)
     _same(unlimited, simulate(_short({"fleet.colocation": "same_gpu"}), seed=1))
+
+
+def _three_swap(ff: bool, pcie_gbps: float, block_bytes: int = 4096):
+    """`three` with swap preemption, on a PCIe link of pcie_gbps."""
+    env = simpy.Environment()
+    gpu, cpu = Fabric(env, "t/gpu").link("gpu0", 1.0), Fabric(env, "t/cpu").link("cpu", 1.0)
+    pcie = Fabric(env, "t/pcie").link("pcie", pcie_gbps)
+    arr = Arrivals(np.zeros(3), np.array([4, 4, 4]), np.array([6, 6, 6]))
+    kv = KVPool(6, 4, swap=True)
+    s = Sidecar(
+        env, 0, arr, LAT, max_num_seqs=8, max_num_batched_tokens=512, host_s=0.0, gpu=gpu, host=cpu,
+        fast_forward=ff, kv=kv, pcie=pcie, block_bytes=block_bytes,
+    )  # fmt: skip
+    env.run()
+    return s, kv
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "per-iteration"])
+def test_hand_computed_swap(ff):
+    """The case of test_hand_computed_preemption with swap: at iteration 5 request 2's 2 blocks
+    (context 9) go to host memory over PCIe before the GPU step; at iteration 6 they come back
+    (2 blocks again, and the block its next token needs) and it decodes its last token instead of
+    recomputing 9 tokens. With the copy path unlimited the copies take no time."""
+    t0 = A + B * 12 + D * 3
+    ends = [t0]
+    for t in range(1, 5):
+        ends.append(ends[-1] + A + C * 3 * (4 + t) + D * 3)
+    for gbps, copy in ((math.inf, 0.0), (8.0, 2 * 4096 * 8 / 1e9 / 8.0)):  # 2 blocks of 4 KiB at 8 Gb/s
+        s, kv = _three_swap(ff, gbps)
+        e5 = ends[4] + copy + A + C * 2 * 9 + D * 2  # swap-out, then two decoders at context 9
+        e6 = e5 + copy + A + C * 9 + D  # swap-in, then request 2 decodes at context 9
+        adm, ft, fin = s.results()
+        assert list(ft) == [t0] * 3
+        assert fin[0] == fin[1] == pytest.approx(e5, abs=1e-15) and fin[2] == pytest.approx(e6, abs=1e-15)
+        if gbps == math.inf:
+            assert (fin[0], fin[2]) == (e5, e6)  # exactly: no transfer time at all
+        assert (kv.preemptions, kv.copied, kv.used, len(kv.swapped)) == (1, 4, 0, 0)
+        assert list(s.core.prompt) == [4, 4, 4] and list(s.core.output) == [6, 6, 6]

@@ -229,6 +229,7 @@ OVERLAPPED_FRONTEND = {"engine.frontend_per_request_s": 5.0e-4, "engine.frontend
 KV = {"engine.kv_blocks": 5000, "engine.merge_memory": "always", "fleet.colocation": "same_gpu"}
 SHARED = {"fraction": 0.5, "prompts": 4, "tokens": 1024}
 KV_PREFIX = {**KV, "engine.kv_blocks": 6000, "engine.prefix_cache": 16384, "engine.shared_prefix": SHARED}
+KV_PREFIX_SWAP = {**KV_PREFIX, "engine.preemption": "swap"}  # swap copies contend with merge staging on PCIe
 MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
@@ -255,8 +256,9 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     # KV-cache blocks that run short (preemption, recompute, admission waiting for blocks), merge
     # buffers shrinking the same_gpu pool: runs stop where the blocks do (models.kv); with prefix
     # caching (models.prefix): shared system prompts' blocks held once, in the cache's reservation of
-    # the pool; hits skip prefill, admission pins, insertion evicts (LRU). (bursty-router-kv: no cache)
-    pytest.param("bursty", KV_PREFIX, id="bursty-kv-prefix-preempting"),
+    # the pool; hits skip prefill, admission pins, insertion evicts (LRU); swap preemption, its copies on
+    # PCIe beside merge staging. (bursty-router-kv: recompute, no cache)
+    pytest.param("bursty", KV_PREFIX_SWAP, id="bursty-kv-prefix-swap"),
     # a router hands each arrival over at its instant (idle engines wait for it, runs stop at it)
     pytest.param("bursty", {"router.name": "least_kv", "engine.kv_blocks": 5000}, id="bursty-router-kv"),
 ]
@@ -280,6 +282,8 @@ def test_fast_forward_is_exact(name, extra):
     assert ff.summary["requests"] == it.summary["requests"] > 100
     if "engine.kv_blocks" in extra:
         assert ff.summary["preemptions"] > 0, "the pool never ran short: test is vacuous"
+    if extra.get("engine.preemption") == "swap":
+        assert ff.summary["swap_blocks"] > 0, "nothing was swapped: test is vacuous"
     if "engine.prefix_cache" in extra:
         assert ff.summary["prefix_hit_rate"] > 0.1, "the prefix cache never hit: test is vacuous"
     assert_same_times(ff.requests, it.requests, f"{name} {extra}: fast-forward vs per-iteration")
