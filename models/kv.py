@@ -53,6 +53,9 @@ class KVPool:
     __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig", "shared") + (
         "swap",
         "swapped",
+        "hold",
+        "holding",
+        "held",
         "copy",
         "copied",
         "preemptions",
@@ -83,13 +86,25 @@ class KVPool:
         # swap preemption (engine.preemption: swap): swapped-out request -> (context, iterations left),
         # in swap-out order; blocks to copy over PCIe before the next iteration; blocks copied so far
         self.swap = swap
+        # blocks merge buffers take while a merge runs (engine.merge_memory: merge; 0: none), whether they
+        # are asked for (`holding`, set when a merge starts or ends) and whether `cap` counts them (`held`)
+        self.hold = 0
+        self.holding = self.held = False
         self.swapped: dict[int, tuple[int, int]] = {}
         self.copy = self.copied = 0
+
+    def apply_hold(self) -> None:
+        """The engine, before an iteration (models.serving make_room): merge buffers take their blocks
+        or give them back, as asked since the last one (`holding`); make_room then preempts until
+        the running requests fit, so blocks in use never exceed `cap` (INV-23)."""
+        self.held = self.holding
+        base = self.pool - self.reserved
+        self.cap = base - self.hold if self.held else base
 
     def too_long(self, total: int, prompt: int) -> bool:
         """A request that could never run: its last iteration's context, or its prompt and the
         watermark, exceeds the smallest the pool gets."""
-        bs, cap = self.bs, self.cap
+        bs, cap = self.bs, self.pool - self.reserved - self.hold
         return blocks(total - 1, bs) > cap or blocks(prompt, bs) + self.wm > cap
 
     def _partial(self, p0: int, j: int) -> int:

@@ -134,9 +134,11 @@ class EngineConfig(Strict):
     # this shape, so 0 (an assumption: set it from the engine's startup log).
     activation_gb: float = Field(0.0, ge=0)
     # Merge buffers on a same_gpu sidecar's GPU (pseudo-gradients and the outer optimizer's state of the
-    # host's shard: params / hosts_per_island x (pseudo_grad + checkpoint bytes per param)): none, or
-    # held for the whole run (`always`: allocated at start-up and kept, so the pool is smaller for good).
-    merge_memory: Literal["none", "always"] = "none"
+    # host's shard: params / hosts_per_island x (pseudo_grad + checkpoint bytes per param)): none, held
+    # for the whole run (`always`: allocated at start-up and kept, so the pool is smaller for good), or
+    # only while a merge runs (`merge`: from the start of its first phase to the end of its last; the
+    # pool shrinks then, preempting if it must, and grows back).
+    merge_memory: Literal["none", "always", "merge"] = "none"
     # Prefix caching (models.prefix, docs/engine.md): an LRU cache of this many prompt tokens, in whole
     # 512-token blocks keyed by the requests' block hashes (Mooncake's hash_ids block size, trace README);
     # hits skip prefill. With a KV pool the cache's blocks are reserved out of it. None or 0: off.

@@ -460,6 +460,8 @@ class EngineState:
         request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
         kv = self.kv
         need = kv.cnt[t % kv.bs] if n_dec else 0
+        if kv.holding is not kv.held:  # merge buffers take or give back their blocks (models.kv apply_hold)
+            kv.apply_hold()
         while kv.used + need > kv.cap and kv.running:
             n_dec, sum_ctx, need = self._preempt(next(reversed(kv.running)), t, n_dec, sum_ctx, need)
         kv.need_now = need

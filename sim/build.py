@@ -75,15 +75,42 @@ def engine_kv(sc: Scenario, s: int) -> KVPool | None:
         pool = pool_blocks(
             e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
         )
-    reserved = 0
+    reserved = hold = 0
     px = engine_prefix(sc)
     if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
         reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
-    if e.merge_memory == "always" and sc.fleet.colocation == "same_gpu" and s % sc.fleet.sidecars_per_host == 0:
+    if e.merge_memory != "none" and sc.fleet.colocation == "same_gpu" and s % sc.fleet.sidecars_per_host == 0:
         m = sc.merge
         shard = sc.training.params / sc.fleet.hosts_per_island
-        reserved = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
-    return KVPool(pool, e.kv_block_size, e.kv_watermark, reserved, swap=e.preemption == "swap")
+        hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
+    kv = KVPool(pool, e.kv_block_size, e.kv_watermark, reserved + (hold if e.merge_memory == "always" else 0))
+    kv.swap, kv.hold = e.preemption == "swap", hold if e.merge_memory == "merge" else 0
+    if kv.hold and kv.hold >= kv.cap:
+        raise ValueError(f"merge buffers ({kv.hold} blocks) leave no KV block of the pool's {pool} while merging")
+    return kv
+
+
+def merge_memory_hook(sidecars: list[Sidecar], merging, changed):
+    """The merge executor's bound_changed with engine.merge_memory `merge`: when a merge starts or
+    ends (`merging()` flips), the sidecars holding merge buffers lose or regain those blocks, and each
+    engine is woken (a run in flight is cut there, so fast-forward and per-iteration stepping see the
+    pool change at the same iteration, its next: models.kv apply_hold); then `changed`. Without
+    such sidecars, `changed` itself."""
+    held = [s for s in sidecars if s.core.kv is not None and s.core.kv.hold]
+    if not held:
+        return changed
+    state = [False]
+
+    def hook() -> None:
+        now = merging()
+        if now != state[0]:
+            state[0] = now
+            for s in held:
+                s.core.kv.holding = now
+                s.wake()
+        changed()
+
+    return hook
 
 
 def kv_block_bytes(sc: Scenario) -> int:

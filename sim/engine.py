@@ -154,6 +154,10 @@ class Sidecar:
         self.core.slow = self.core.slow or log is not None  # (the engine books a logged step in _book_slow)
 
     # -- the Clock the engine runs on --------------------------------------------------------------
+    def wake(self) -> None:
+        """Cut a run in flight short now (its state changed from outside: merge memory, sim.build)."""
+        self._wake()
+
     def _wake(self) -> None:
         if self.interruptible:
             self.interruptible = False

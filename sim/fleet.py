@@ -36,6 +36,7 @@ from wadiloco.sim.build import (
     make_clients,
     make_policy,
     make_sidecars,
+    merge_memory_hook,
     prefix_summary,
 )
 from wadiloco.sim.cotenant import Cotenant
@@ -103,6 +104,8 @@ class Fleet:
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
         self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
+        # engine.merge_memory merge: buffers take their blocks while a merge runs (sim.build)
+        self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
         ct = r.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
         self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None

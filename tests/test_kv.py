@@ -210,3 +210,22 @@ def test_hand_computed_swap(ff):
             assert (fin[0], fin[2]) == (e5, e6)  # exactly: no transfer time at all
         assert (kv.preemptions, kv.copied, kv.used, len(kv.swapped)) == (1, 4, 0, 0)
         assert list(s.core.prompt) == [4, 4, 4] and list(s.core.output) == [6, 6, 6]
+
+
+def test_merge_buffers_held_during_merges_preempt_only_then():
+    """Emergence (engine.merge_memory: merge): while a merge runs, its buffers take 2,385 of the same_gpu
+    sidecar's 6,000 blocks, so requests running then are preempted; without merges (no_sync) the
+    run is the plain pool's byte for byte, and fleet.unlimited: [kv] gives today's engine back."""
+    mergy = {"fleet.colocation": "same_gpu", "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
+    base = {**mergy, "engine.kv_blocks": 6000}
+    plain = simulate(_short(base), seed=1)
+    held = simulate(_short({**base, "engine.merge_memory": "merge"}), seed=1)
+    assert held.summary["merges"] >= 2 and held.summary["kv_usage_peak"] <= 1.0
+    assert held.summary["preemptions"] > 10 * max(1, plain.summary["preemptions"])
+    no_merge = {"policy.name": "no_sync", "policy.params": {}}
+    _same(
+        simulate(_short({**base, **no_merge, "engine.merge_memory": "merge"}), seed=1),
+        simulate(_short({**base, **no_merge}), seed=1),
+    )
+    unlimited = simulate(_short({**base, "engine.merge_memory": "merge", "fleet.unlimited": ["kv"]}), seed=1)
+    _same(unlimited, simulate(_short(mergy), seed=1))

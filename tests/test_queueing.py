@@ -229,7 +229,8 @@ OVERLAPPED_FRONTEND = {"engine.frontend_per_request_s": 5.0e-4, "engine.frontend
 KV = {"engine.kv_blocks": 5000, "engine.merge_memory": "always", "fleet.colocation": "same_gpu"}
 SHARED = {"fraction": 0.5, "prompts": 4, "tokens": 1024}
 KV_PREFIX = {**KV, "engine.kv_blocks": 6000, "engine.prefix_cache": 16384, "engine.shared_prefix": SHARED}
-KV_PREFIX_SWAP = {**KV_PREFIX, "engine.preemption": "swap"}  # swap copies contend with merge staging on PCIe
+# swap copies contend with merge staging on PCIe; merge buffers hold their blocks only while merging
+KV_PREFIX_SWAP = {**KV_PREFIX, "engine.preemption": "swap", "engine.merge_memory": "merge"}
 MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
@@ -257,7 +258,8 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     # buffers shrinking the same_gpu pool: runs stop where the blocks do (models.kv); with prefix
     # caching (models.prefix): shared system prompts' blocks held once, in the cache's reservation of
     # the pool; hits skip prefill, admission pins, insertion evicts (LRU); swap preemption, its copies on
-    # PCIe beside merge staging. (bursty-router-kv: recompute, no cache)
+    # PCIe beside merge staging; merge buffers taking their blocks as merges start (a run in flight is
+    # cut there) and giving them back as they end. (bursty-router-kv: recompute, no cache)
     pytest.param("bursty", KV_PREFIX_SWAP, id="bursty-kv-prefix-swap"),
     # a router hands each arrival over at its instant (idle engines wait for it, runs stop at it)
     pytest.param("bursty", {"router.name": "least_kv", "engine.kv_blocks": 5000}, id="bursty-router-kv"),
