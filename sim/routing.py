@@ -129,7 +129,13 @@ def make_router(sc, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arri
     if not is_routed(sc):
         return None
     if clients is not None:
-        raise InputError(sc.source, "router.name", "a closed-loop workload creates each sidecar's requests: use static")
+        raise InputError(
+            sc.source,
+            "router.name",
+            f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
+            "client sends its next requests when its own earlier ones finish there (models.clients), so "
+            "the requests are tied to that sidecar; use router.name: static",
+        )
     cls, params = parse_router(sc.router.name, sc.router.params, sc.source)
     router = cls(params, stream(seed, "router", sc.router.name))
     proc = RouterProc(env, router, sidecars, arrivals, bound.changed)

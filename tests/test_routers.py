@@ -94,6 +94,9 @@ def test_each_router_on_a_hand_made_view():
 def test_unknown_router_and_closed_loops_are_input_errors():
     with pytest.raises(InputError, match="unknown router 'nearest'"):
         simulate(_sc({"router.name": "nearest"}), 0)
+    closed = {"workload": {"kind": "closed_loop", "concurrency": {"kind": "steady", "c": 4}}, "router.name": "random"}
+    with pytest.raises(InputError, match="router.name: random routes arrivals, but a closed-loop workload has none"):
+        simulate(_sc(closed), 0)
 
 
 def test_routers_cli_lists_every_router_with_its_params():
