@@ -104,7 +104,6 @@ class Fleet:
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
         self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
-        # engine.merge_memory merge: buffers take their blocks while a merge runs (sim.build)
         self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
         ct = r.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
