@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.prefix import MOONCAKE_BLOCK_TOKENS
 
 LIMITS = {  # name: (environment variable, default, what it bounds)
     "events": ("WADILOCO_MAX_EVENTS", 100_000_000, "simulation events per run"),
@@ -196,5 +197,12 @@ def notes(sc, policy: str) -> list[str]:
         out.append(
             f"merge.h_min ({sc.merge.h_min} steps of {sc.training.step_time_s:g} s = {corridor_s:g} s) does not fit "
             f"in horizon_s ({sc.horizon_s:g} s): this run cannot merge"
+        )
+    wl = sc.workload if isinstance(sc.workload, dict) else {}
+    mooncake = wl.get("format") == "mooncake" or str(wl.get("path", "")).endswith(".jsonl")
+    if (sc.engine.prefix_cache or 0) >= MOONCAKE_BLOCK_TOKENS and sc.engine.shared_prefix is None and not mooncake:
+        out.append(
+            "engine.prefix_cache is on, but only a Mooncake trace's hash_ids or engine.shared_prefix give requests "
+            "block hashes: every other prompt is unique, so nothing will hit (prefix_hit_rate 0)"
         )
     return out

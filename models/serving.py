@@ -418,7 +418,8 @@ class EngineState:
         in the hit rate; returns got."""
         px = self.px
         if px is not None:
-            px.acquire(rid, self.hashes[rid], k)
+            if k:  # a request without block hashes (a workload that has none) hits nothing
+                px.acquire(rid, self.hashes[rid], k)
             if first:
                 px.hit_tokens += tok
                 px.prompt_tokens += self.prompt[rid]

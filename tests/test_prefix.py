@@ -160,6 +160,21 @@ def test_a_zero_capacity_cache_is_no_cache():
     assert "prefix_hit_rate" not in plain.summary and 0 < on.summary["prefix_hit_rate"] < 1
 
 
+def test_a_workload_without_block_hashes_hits_nothing_and_is_told_so():
+    """normal.yaml's requests carry no block hashes: with a prefix cache on, every prompt is unique, so
+    the run hits nothing (it used to crash in take_cached) and the run's notes say why."""
+    from wadiloco.models.limits import notes
+
+    sc = with_overrides(
+        load_scenario(ROOT / "scenarios" / "normal.yaml"),
+        {"horizon_s": 10, "drain_s": 5, "fleet.islands": 1, "fleet.hosts_per_island": 1, "engine.prefix_cache": 10**6},
+    )
+    res = simulate(sc, seed=0)
+    assert res.summary["requests"] > 0 and res.summary["prefix_hit_rate"] == 0
+    assert any("nothing will hit" in n for n in notes(sc, "no_sync"))
+    assert not any("nothing will hit" in n for n in notes(_mooncake({"engine.prefix_cache": 10**6}), "no_sync"))
+
+
 def test_mooncake_trace_hit_rate_against_the_paper():
     """Every request of the shipped synthetic trace in order through one unlimited cache: 65.1% of
     prompt tokens hit, the paper's Table 2 cache ratio for this trace is 66% (docs/engine.md)."""
