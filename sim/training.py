@@ -112,10 +112,19 @@ class Trainer:
             self.env.process(self._island(i))
 
     def next_stop_at(self) -> float:
-        """A lookahead source (with `computing`): the earliest end of a step in flight at or past
-        the horizon, where its island may stop computing; +inf if none."""
-        h = self.horizon
-        return min((t for t in self._ends if h <= t < INF), default=INF)
+        """A lookahead source (with `computing`): the earliest instant an island may stop computing,
+        the end of its first step at or past the horizon. An island whose step in flight ends before
+        the horizon says the horizon: its next steps may be short, and one that starts after the
+        engines ran ahead must not end (and release the GPU) before the bound they ran to. -inf
+        while an island is not stepping; +inf once all have stopped."""
+        h, best = self.horizon, INF
+        for t in self._ends:
+            if t == -INF:
+                return -INF
+            if t < INF:
+                t = t if t >= h else h
+                best = t if t < best else best
+        return best
 
     def completed_merges(self) -> list[MergeRecord]:
         return [m for m in self.merges if m.end > 0]

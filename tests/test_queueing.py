@@ -505,3 +505,23 @@ def test_hold_fast_path_matches_fabric(monkeypatch, name, extra):
     assert fast.summary["merges"] >= 3 and fabric.summary["contended_iterations"] > 1000
     assert_same_times(fast.requests, fabric.requests, f"{name} {extra}: hold fast path vs fabric")
     assert fast.summary["engine_iterations"] == fabric.summary["engine_iterations"]
+
+
+@pytest.mark.slow
+def test_lookahead_past_the_horizon_with_timesliced_streaming():
+    """The atlas cell shared_ts__streaming__bursty at load 0.175 (seed 0, wa_diloco): engines ran
+    ahead to an island's step ending past the horizon, then another island started a short step
+    that ended (and released the GPU) before that bound; the cut came with the engine ahead of the
+    clock and crashed. Trainer.next_stop_at now says the horizon for islands still short of it."""
+    from wadiloco.experiments.sweep.plan import load_sweep
+
+    reg = next(
+        r
+        for r in load_sweep(ROOT / "experiments" / "atlas.yaml").regimes
+        if r.name.startswith("shared_ts__streaming__bursty")
+    )
+    sc = with_overrides(reg.scenario, {"workload.load": 0.175, "policy.name": "wa_diloco", "policy.params": {}})
+    on = Fleet(resolve(sc), 0, lookahead=True).run()
+    off = Fleet(resolve(sc), 0, lookahead=False).run()
+    for k in off.requests:
+        np.testing.assert_array_equal(on.requests[k], off.requests[k], err_msg=k)
