@@ -2,7 +2,7 @@
 # Regenerate the result folders notebooks 01 and 03 read (notebooks/results/), from the repository
 # root, with the package installed:  bash notebooks/regenerate_results.sh
 # About 1.5 minutes (01) and 3 x 1-3 minutes (03) on 2 cores. Then re-execute the notebooks:
-#   python -m pytest tests/test_notebooks.py --update-notebooks
+#   python -m pytest tests/test_notebooks.py -m "" --update-notebooks
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)

@@ -8,7 +8,7 @@ output for each such cell: a figure drawn on a non-interactive backend (`matplot
 executes cleanly but shows nothing, and fails here.
 
 The notebooks are committed with their outputs so that they read on a repository page;
-`python -m pytest tests/test_notebooks.py --update-notebooks` re-executes them and writes the
+`python -m pytest tests/test_notebooks.py -m "" --update-notebooks` re-executes them and writes the
 outputs back (notebooks/README.md). Notebooks 01 and 03 read result folders shipped in
 notebooks/results/ (`bash notebooks/regenerate_results.sh` makes them): the shipped runs must be
 the sweep file's, and notebook 01 re-runs one of them and fails if it no longer gives the same number.
@@ -79,7 +79,17 @@ def test_figure_check_can_fail():
     assert figure_problems(nb) == []
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# The two notebooks that run sweeps of their own (about 30 s of CPU together) run under `-m slow`,
+# which keeps the default suite under 4 minutes on 2 cores; the quickstart, capacity planning and
+# testbed notebooks run in every suite. `-m slow` or `-m ""` executes them all.
+SLOW_NOTEBOOKS = {"02_calibration_protocol", "04_why_matched_random"}
+
+
+def _notebook_param(p: Path):
+    return pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW_NOTEBOOKS else [])
+
+
+@pytest.mark.parametrize("path", [_notebook_param(p) for p in NOTEBOOKS])
 def test_notebook_runs(path, request):
     nb = execute(path)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]

@@ -177,6 +177,7 @@ def _check_sync_excess(runs: pd.DataFrame, summ: pd.DataFrame) -> None:
         assert got == pytest.approx(want, abs=1e-8), (reg, label)  # runs.csv keeps 9 significant digits
 
 
+@pytest.mark.slow  # 40 s of CPU: the tiny sweep (tests/test_sweep.py) covers the pipeline in every suite
 def test_paper_quick_end_to_end(tmp_path, shared_dir, derive_scenario, capsys):
     """experiments/paper_quick.yaml at a reduced size (2 seeds, 200 s windows, R=2: 130 runs, most
     with one merge; 1,999 bootstrap resamples), through the CLI on 2 workers: every regime, policy and
