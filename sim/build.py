@@ -189,13 +189,46 @@ def make_clients(r: Resolved, seed: int) -> list | None:
     )
 
 
+ARRIVALS_CACHE_SIZE = 4  # a sweep worker's recent (workload, fleet, seed)s: a seed's draws come together
+_ARRIVALS: dict[tuple, tuple[list[Arrivals], float | None, object]] = {}
+
+
 def make_arrivals(
     r: Resolved, seed: int, lat: LatencyModel, host_s: float, injected: list[Arrivals] | None = None
 ) -> tuple[list[Arrivals], float | None]:
     """(every sidecar's arrivals, one sidecar's capacity in requests/s or None if the workload
-    never asked). Common random numbers: they depend on the seed and the scenario only.
-    Injected arrivals (metamorphic tests) still come with the scenario's own capacity figure,
-    which a deployed controller would know from configuration, not from the arrivals."""
+    never asked). Common random numbers: they depend on the seed and the scenario only, so the
+    last few are kept (read-only arrays) by what they are made from, and every policy and draw
+    run on a seed in this process shares one draw. Injected arrivals (metamorphic tests) still
+    come with the scenario's own capacity figure, which a deployed controller would know from
+    configuration, not from the arrivals."""
+    if injected is not None:
+        return injected, _generate(r, seed, lat, host_s, False)[1]
+    trace = getattr(r.workload, "_trace", None)  # a loaded trace: by identity (the entry keeps it alive)
+    key = arrivals_key(r, seed, lat, host_s, id(trace))
+    hit = _ARRIVALS.pop(key, None)
+    if hit is None:
+        hit = (*_generate(r, seed, lat, host_s, True), trace)
+        while len(_ARRIVALS) >= ARRIVALS_CACHE_SIZE:
+            del _ARRIVALS[next(iter(_ARRIVALS))]
+    _ARRIVALS[key] = hit  # the most recent last
+    return list(hit[0]), hit[1]
+
+
+def arrivals_key(r: Resolved, seed: int, lat: LatencyModel, host_s: float, trace_id: int) -> tuple:
+    """Everything the arrivals are made from: the workload's params, the fleet's size, horizon and
+    folder, the seed, and what one sidecar's capacity is computed from."""
+    sc, e = r.scenario, r.scenario.engine
+    sp = e.shared_prefix.model_dump_json() if e.shared_prefix is not None else None
+    fleet = (sc.fleet.n_sidecars, float(sc.horizon_s), sc.base_dir, sc.source)
+    engine = (lat, float(host_s), e.max_num_seqs, e.max_num_batched_tokens, engine_step(sc), sp)
+    return (type(r.workload), r.workload.model_dump_json(), trace_id, int(seed), fleet, engine)
+
+
+def _generate(
+    r: Resolved, seed: int, lat: LatencyModel, host_s: float, prefix: bool
+) -> tuple[list[Arrivals], float | None]:
+    """make_arrivals' draw itself, with engine.shared_prefix's block hashes if `prefix`."""
     sc = r.scenario
     seen_caps: list[float] = []
 
@@ -216,9 +249,9 @@ def make_arrivals(
         base_dir=sc.base_dir,
         file=sc.source,
     )
-    if injected is None and sc.engine.shared_prefix is not None:
+    if prefix and sc.engine.shared_prefix is not None:
         generated = with_shared_prefix(generated, sc, seed)
-    return (injected if injected is not None else generated), (seen_caps[-1] if seen_caps else None)
+    return generated, (seen_caps[-1] if seen_caps else None)
 
 
 def with_shared_prefix(arrivals: list[Arrivals], sc: Scenario, seed: int) -> list[Arrivals]:

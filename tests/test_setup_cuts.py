@@ -1,0 +1,138 @@
+"""Per-run set-up cuts change no result (issue 16 item 4; their cost is `python -m wadiloco.benchmarks`'s
+setup keys): the windowed merge overlap, the request table's sort, the percentiles in one call and the
+per-process arrivals cache give exactly what the plain computations give."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import wadiloco.models.metrics as M
+import wadiloco.sim.build as build
+from wadiloco.models.config import load_scenario, resolve, with_overrides
+from wadiloco.models.latency import default_latency
+from wadiloco.sim.merge import resolve_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def overlaps_every_row(arrival, end, merges):
+    """The definition, one pass over every row per phase (the request table's code before the window)."""
+    n = len(arrival)
+    merge_id, phase, best = np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int8), np.zeros(n)
+    for m in merges:
+        for pi, name in enumerate(M.PHASE_NAMES):
+            if name not in m.phases:
+                continue
+            a, b = m.phases[name]
+            ov = np.minimum(end, b) - np.maximum(arrival, a)
+            hit = (arrival <= b) & (end >= a) & ((merge_id < 0) | (ov > best))
+            merge_id[hit] = m.index
+            phase[hit] = pi
+            best[hit] = np.maximum(ov[hit], 0.0)
+    return merge_id, phase
+
+
+def random_table(rng, n: int, horizon: float = 100.0):
+    """Arrivals with ties (rounded), lifetimes mixing short, long and unfinished, and merges whose
+    phases start before, inside and after the requests, some phases skipped."""
+    arrival = np.sort(np.round(rng.uniform(0, horizon, n), int(rng.integers(0, 3))))
+    life = rng.exponential(rng.choice([0.3, 3.0, 30.0]), n) * np.where(rng.random(n) < 0.02, 50.0, 1.0)
+    end = np.where(rng.random(n) < 0.05, np.inf, arrival + life)
+    merges = []
+    for i in range(int(rng.integers(1, 8))):
+        x, phases = float(np.round(rng.uniform(-5, horizon + 5), 1)), {}
+        for name in M.PHASE_NAMES:
+            if rng.random() < 0.8:
+                d = float(np.round(rng.exponential(3.0), 1))
+                phases[name] = (x, x + d)
+                x += d
+        merges.append(SimpleNamespace(index=i, phases=phases, duration=x))
+    return arrival, end, merges
+
+
+@pytest.mark.parametrize("block", [1, 3, 16, M.OVERLAP_BLOCK])
+def test_windowed_merge_overlap_is_the_pass_over_every_row(block, monkeypatch):
+    monkeypatch.setattr(M, "OVERLAP_BLOCK", block)
+    rng = np.random.default_rng(block)
+    overlapping = 0
+    for _ in range(150):
+        arrival, end, merges = random_table(rng, int(rng.integers(1, 3000)))
+        want = overlaps_every_row(arrival, end, merges)
+        got = M.merge_overlaps(arrival, end, merges)
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+        overlapping += int((want[0] >= 0).sum())
+    assert overlapping > 10_000  # the tables do overlap merges
+
+
+def test_windowed_merge_overlap_sees_long_lived_rows_before_the_window():
+    """One early request lasting past a late merge: outside every short row's window, still found."""
+    arrival = np.concatenate([[0.0], np.linspace(1.0, 99.0, 5000)])
+    end = np.concatenate([[95.0], np.linspace(1.0, 99.0, 5000) + 0.5])
+    merges = [SimpleNamespace(index=0, phases={"allreduce": (90.0, 91.0)})]
+    got = M.merge_overlaps(arrival, end, merges)
+    assert got[0][0] == 0 and got[1][0] == M.PHASE_NAMES.index("allreduce")
+    assert all(np.array_equal(g, w) for g, w in zip(got, overlaps_every_row(arrival, end, merges)))
+
+
+def test_request_table_rows_in_lexsort_order():
+    """Sorted by arrival, ties by sidecar then each sidecar's own order, as np.lexsort((sidecar, arrival))."""
+    rng = np.random.default_rng(7)
+    per = []
+    for _ in range(5):
+        t = np.sort(np.round(rng.uniform(0, 10, 400)))  # whole seconds: many ties across sidecars
+        per.append((t, rng.integers(1, 9, 400), rng.integers(1, 9, 400), t, t + 0.1, t + 0.2))
+    r = M.request_table(per, None, None, [])
+    sidecar = np.concatenate([np.full(len(p[0]), s) for s, p in enumerate(per)])
+    order = np.lexsort((sidecar, np.concatenate([p[0] for p in per])))
+    assert np.array_equal(r["sidecar"], sidecar[order])
+    assert np.array_equal(r["prompt"], np.concatenate([p[1] for p in per])[order])
+
+
+def test_percentiles_in_one_call_equal_one_call_each():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 100, 1001, 65536):
+        x = rng.lognormal(0.0, 1.5, n)
+        x[rng.random(n) < 0.1] = np.nan
+        kept = x[~np.isnan(x)]
+        got = M._pct(x, 50, 95, 99)
+        want = [float(np.percentile(kept, q)) if len(kept) else math.nan for q in (50, 95, 99)]
+        assert [g if g == g else None for g in got] == [w if w == w else None for w in want]
+    assert all(math.isnan(v) for v in M._pct(np.array([np.nan]), 50, 95))
+
+
+def _resolved(**overrides):
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 60.0, **overrides})
+    return resolve(sc)
+
+
+def _arrivals(r, seed):
+    host_s = build.engine_host_s(r.scenario, resolve_weights(r.scenario))
+    return build.make_arrivals(r, seed, default_latency(r.scenario.engine.latency), host_s)
+
+
+def test_arrivals_shared_only_between_runs_of_the_same_draw(monkeypatch):
+    monkeypatch.setattr(build, "_ARRIVALS", {})
+    r = _resolved()
+    first, cap = _arrivals(r, 1)
+    again, cap2 = _arrivals(_resolved(), 1)  # another object, same contents: the same draw, shared
+    assert cap2 == cap and all(a is b for a, b in zip(again, first)) and again is not first
+    build._ARRIVALS.clear()
+    fresh, cap3 = _arrivals(r, 1)
+    assert cap3 == cap and fresh[0] is not first[0]
+    for a, b in zip(fresh, first):
+        assert np.array_equal(a.t, b.t) and np.array_equal(a.prompt, b.prompt) and np.array_equal(a.output, b.output)
+    for other in (
+        _arrivals(r, 2)[0],
+        _arrivals(_resolved(horizon_s=61.0), 1)[0],
+        _arrivals(_resolved(**{"workload.load": 0.3}), 1)[0],
+        _arrivals(_resolved(**{"engine.max_num_seqs": 64}), 1)[0],  # another capacity, another rate
+    ):
+        assert len(other) == len(first) and not all(len(a) == len(b) for a, b in zip(other, first))
+    assert len(build._ARRIVALS) <= build.ARRIVALS_CACHE_SIZE
+    with pytest.raises(ValueError):
+        first[0].t[0] = 1.0  # shared between runs: read-only
