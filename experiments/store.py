@@ -2,9 +2,13 @@
 
 - One row per run, primary key (scenario_hash, policy_label, params_hash, seed, draw).
 - Only the parent process writes. Each finished run is one INSERT ... ON CONFLICT DO UPDATE
-  statement in autocommit mode, i.e. its own transaction; WAL journal with synchronous=FULL. A
-  SIGKILL at any moment leaves every committed run intact and rolls back at most the one
-  in-flight statement, and the primary key makes a duplicate impossible.
+  statement in autocommit mode, i.e. its own transaction; WAL journal with synchronous=NORMAL. A
+  SIGKILL at any moment leaves every committed run intact (a commit is in the WAL file when the
+  statement returns; the operating system keeps it) and rolls back at most the one in-flight
+  statement, and the primary key makes a duplicate impossible. A commit does not wait for the disk
+  (FULL's fsync per run took ~2 ms of the parent's ~3 ms per run): a power cut or an operating-system
+  crash may roll back the last runs, never corrupt the store, and --resume runs those again; each
+  session's end (`close`: a checkpoint, fsynced) makes all of its runs durable.
 - `detail` keeps the no_sync runs' per-request end-to-end latencies (float32, zlib), which every
   other run on the same (regime, seed) is compared with (common random numbers).
 - `status` is 'ok' or 'error' (with the error text). `--resume` skips 'ok' rows and retries the
@@ -87,7 +91,7 @@ class Store:
                 self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
                 self._refuse_foreign()
                 self.conn.execute("PRAGMA journal_mode=WAL")
-                self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")  # module docstring
                 self.conn.executescript(SCHEMA)
             self.conn.execute("PRAGMA busy_timeout=30000")
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()

@@ -37,6 +37,7 @@ Ties go to the earliest predecessor, so the answer is deterministic.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -162,8 +163,14 @@ class UniformSampler:
 def sample_placement(
     n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, rng: np.random.Generator, start: int = 0
 ) -> list[int]:
-    """One placement drawn uniformly from all feasible ones (see the module docstring)."""
-    return UniformSampler(n, h_min, h_max, last_lo, last_hi, start).sample(rng)
+    """One placement drawn uniformly from all feasible ones (see the module docstring). The sampler
+    of a problem is kept: a seed's matched-random draws in one process share its counting tables."""
+    return _sampler(int(n), int(h_min), int(h_max), int(last_lo), int(last_hi), int(start)).sample(rng)
+
+
+@functools.lru_cache(maxsize=16)
+def _sampler(n: int, h_min: int, h_max: int, last_lo: int, last_hi: int, start: int) -> UniformSampler:
+    return UniformSampler(n, h_min, h_max, last_lo, last_hi, start)  # read-only once built
 
 
 def _draw(weights: np.ndarray, rng: np.random.Generator) -> int:

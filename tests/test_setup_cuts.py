@@ -136,3 +136,25 @@ def test_arrivals_shared_only_between_runs_of_the_same_draw(monkeypatch):
     assert len(build._ARRIVALS) <= build.ARRIVALS_CACHE_SIZE
     with pytest.raises(ValueError):
         first[0].t[0] = 1.0  # shared between runs: read-only
+
+
+def test_arrivals_hash_of_shared_arrivals_is_the_hash_of_their_contents(monkeypatch):
+    from wadiloco.models import workloads as W
+
+    monkeypatch.setattr(W, "_HASHED", {})
+    arrs, _ = _arrivals(_resolved(), 4)
+    copies = [W.Arrivals(a.t.copy(), a.prompt.copy(), a.output.copy()) for a in arrs]
+    first = W.arrivals_hash(arrs)
+    assert W.arrivals_hash(arrs) == first == W.arrivals_hash(copies)  # remembered, and what it would compute
+    shifted = [W.Arrivals(a.t + 1e-9, a.prompt, a.output) for a in copies]
+    assert W.arrivals_hash(shifted) != first and len(W._HASHED) <= 4
+
+
+def test_kept_placement_samplers_draw_what_a_new_one_draws():
+    from wadiloco.models.placement import UniformSampler, final_window, sample_placement
+
+    lo, hi = final_window(1300, 512, 8)
+    for seed in range(5):
+        want = UniformSampler(5, 128, 512, lo, hi).sample(np.random.default_rng(seed))
+        assert sample_placement(5, 128, 512, lo, hi, np.random.default_rng(seed)) == want
+    assert sample_placement(5, 128, 512, lo, hi, np.random.default_rng(9)) != want  # draws differ by stream
