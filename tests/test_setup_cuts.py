@@ -158,3 +158,16 @@ def test_kept_placement_samplers_draw_what_a_new_one_draws():
         want = UniformSampler(5, 128, 512, lo, hi).sample(np.random.default_rng(seed))
         assert sample_placement(5, 128, 512, lo, hi, np.random.default_rng(seed)) == want
     assert sample_placement(5, 128, 512, lo, hi, np.random.default_rng(9)) != want  # draws differ by stream
+
+
+def test_a_workers_baseline_latencies_unpacked_once_per_packed_bytes(monkeypatch):
+    from wadiloco.experiments.sweep import worker
+
+    monkeypatch.setattr(worker, "_BASELINES", {})
+    e2e = np.random.default_rng(5).lognormal(0.0, 1.0, 5000)
+    blob = worker.pack_e2e(e2e)
+    got = worker._baseline_e2e(blob)
+    assert np.array_equal(got, worker.unpack_e2e(blob)) and not got.flags.writeable
+    assert worker._baseline_e2e(bytes(bytearray(blob))) is got  # equal bytes, another object (a new task)
+    other = worker._baseline_e2e(worker.pack_e2e(e2e + 1.0))
+    assert other is not got and np.array_equal(other, worker.unpack_e2e(worker.pack_e2e(e2e + 1.0)))
