@@ -33,6 +33,11 @@ And (benchmarks/setup.py; `--skip-setup` leaves it out):
                           the arrivals, request table and summary, the worker's record), with its
                           parts; setup_s_per_run_paper the mean over experiments/paper.yaml's regimes,
                           and events_per_run_paper their SimPy events per run.
+And (benchmarks/share.py; `--skip-share` leaves it out):
+  share_speedup_draws     per regime, a matched-random draw's CPU time without the seed's no_sync tapes
+                          over its time with them (models.tape), interleaved, with the recording run's
+                          cost and the tapes' size; events_per_run_bursty_fixed: SimPy events of a
+                          fixed-policy run asked at every step and planned ahead to its next merge.
 And (benchmarks/traces.py; `--skip-traces` leaves it out):
   trace_load_s_azure/_mooncake  seconds to parse each real trace (warm page cache), with rows/s.
 Every figure is the median of >= 3 runs (5 by default for the one-core figures, 3 for the rest).
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-memory", action="store_true", help="leave out the 64-sidecar memory figure")
     ap.add_argument("--skip-traces", action="store_true", help="leave out the trace parsing figures")
     ap.add_argument("--skip-setup", action="store_true", help="leave out the per-run set-up figures")
+    ap.add_argument("--skip-share", action="store_true", help="leave out the shared-tape figures")
     ap.add_argument(
         "--pure", action="store_true", help="run the pure-Python serving core only ($WADILOCO_PURE=1; models/core.py)"
     )
@@ -100,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from wadiloco.benchmarks.setup import run_setup_benchmark
 
         out.update(run_setup_benchmark(other_runs, quick=args.quick))
+    if not args.skip_share:
+        from wadiloco.benchmarks.share import run_share_benchmark
+
+        out.update(run_share_benchmark(other_runs, args.seed, quick=args.quick))
     if not args.skip_traces:
         from wadiloco.benchmarks.traces import run_trace_benchmark
 
@@ -194,8 +204,25 @@ def main(argv: list[str] | None = None) -> int:
             else f"trace {name}: {t['file']} ({t['file_mb']:.1f} MiB, {t['rows']} rows) parsed in {t['wall_s']:.3f} s, "
             f"{t['rows_per_s'] / 1e3:.0f}k rows/s: trace_load_s_{name} {t['wall_s']:.3f}"
         )
+    if "share" in out:
+        lines += share_lines(out)
     print("\n".join(lines))
     return 0
+
+
+def share_lines(out: dict) -> list[str]:
+    lines = ["matched-random draws with and without the seed's no_sync tapes (models.tape), CPU per run:"]
+    for name, p in out["share"].items():
+        lines.append(
+            f"  {name} ({p['merges']} merges): {p['draw_s_full']:.3f} s full, {p['draw_s_shared']:.3f} s shared: "
+            f"share_speedup {p['share_speedup']:.2f}; recording the tapes {p['record_s']:.3f} s, {p['tape_mb']:.1f} MiB"
+        )
+    ev = out["events_per_run_bursty_fixed"]
+    lines.append(
+        f"bursty.yaml, fixed: {ev['asked_every_step']['events']} SimPy events asked at every step, "
+        f"{ev['planned']['events']} planned ahead to its next merge"
+    )
+    return lines
 
 
 def setup_lines(out: dict) -> list[str]:

@@ -173,6 +173,8 @@ class EngineState:
         # prefix cache (`px`, models.prefix; None: off) and each request's block hashes, the tokens a
         # request in prefill skipped at its admission (`hit`), and whether admission asks (`start`)
         + ("cached", "px", "hashes", "hit", "start")
+        # busy periods recorded or replayed at idle instants (models.tape; None: neither)
+        + ("tape",)
     )
 
     def __init__(
@@ -230,6 +232,7 @@ class EngineState:
         if any(c < 0 or c > p for c, p in zip(self.cached, self.prompt)):
             raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
         self.start = prefix is not None or any(self.cached)
+        self.tape = None
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -665,14 +668,13 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
     h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0  # h, f: today's
     waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st.finish, st.gate
-    prompt, output, pop, kv, admit = st.prompt, st.output, heapq.heappop, st.kv, st.admit_fn
+    prompt, output, pop, kv, admit, tape = st.prompt, st.output, heapq.heappop, st.kv, st.admit_fn, st.tape
     gpu_jobs, host_jobs, wait, Cut, slow = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut, st.slow
-    now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
+    now, i, n_dec, sum_ctx, diter, mark = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter, -INF if tape else INF
     k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; clock; speeds
     while True:
         if k:  # book the step in hand: k iterations ended at `end` (rule 4)
-            diter += k
-            sum_ctx += n_dec * k
+            diter, sum_ctx = diter + k, sum_ctx + n_dec * k
             if slowed:
                 st.contended += k
             if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
@@ -681,20 +683,23 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
                 n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
             while fin_heap and fin_heap[0][0] <= diter:
                 rid = pop(fin_heap)[1]
-                finish[rid] = end
+                finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
                 st.n_finished += 1
-                n_dec -= 1
-                sum_ctx -= prompt[rid] + output[rid]
         now = end
         while i < n and t_arr[i] <= now:  # rule 1
             waiting.append(i)
             i += 1
         st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
+        if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
+            mark = tape.mark(st, bound.until, gpu_jobs or host_jobs)
+            now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
         if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
             if i >= n and gate.until == INF:
                 return
-            k, span = 0, (t_arr[i] if i < n else gate.until) - now
-            end = now + span
+            k, end = 0, now + (span := (t_arr[i] if i < n else gate.until) - now)
+            if tape and (r := tape.idle(st, i, now, end, bound.until, gpu_jobs or host_jobs)) == r:
+                i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
+                continue
             if end >= bound.until:
                 yield wait(span if t_sim == now else delay_to(t_sim, end))
                 t_sim = end
@@ -707,16 +712,14 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
             chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
         if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
             g0, h, f = st.step_work(chunks, n_dec, g0)
-        dg = sdg = c * n_dec
-        sg, sh, slowed = g0, h, False
+        sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
         if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
             rg, rh, rf = sp = clock.speeds()
             if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
                 end = t_sim = yield from _shared_step(st, clock, (g0, h, f), t_sim, now)
                 k = 1
                 continue
-            sg, sdg, sh = g0 / rg, dg / rg, h / rh
-            slowed = rg < 1.0 or rh < 1.0 or rf < 1.0
+            sg, sdg, sh, slowed = g0 / rg, dg / rg, h / rh, rg < 1.0 or rh < 1.0 or rf < 1.0
         if extra:  # what the closed forms take (g0, h) for the generation
             sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
         k, span = 1, (sh if sh > sg else sg)

@@ -152,6 +152,8 @@ class Sidecar:
     def iter_log(self, log: list[tuple[float, float]] | None) -> None:
         self.core.log = log
         self.core.slow = self.core.slow or log is not None  # (the engine books a logged step in _book_slow)
+        if log is not None:
+            self.core.tape = None  # every step is logged, so none is copied from a tape (models.tape)
 
     # -- the Clock the engine runs on --------------------------------------------------------------
     def wake(self) -> None:

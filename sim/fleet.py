@@ -23,6 +23,7 @@ from wadiloco.models.config import Resolved, resolve
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.metrics import add_labels, request_table, summarize, testbed_figures
 from wadiloco.models.scenario import Scenario
+from wadiloco.models.tape import Recorder, Replay, Tape
 from wadiloco.models.training import ProgressModel
 from wadiloco.models.workloads import Arrivals, arrivals_hash
 from wadiloco.sim.build import (
@@ -83,8 +84,10 @@ class Fleet:
         arrivals: list[Arrivals] | None = None,
         latency: LatencyModel | None = None,
         lookahead: bool = True,
+        plan_ahead: bool = True,
     ):
-        """`arrivals` replaces the workload (metamorphic tests); `lookahead=False`: same results, slower."""
+        """`arrivals` replaces the workload (metamorphic tests); `lookahead=False`: same results, slower;
+        `plan_ahead=False`: ask even a planned policy (Policy.next_merge) at every step, with an Observation."""
         self.r = r
         self.sc = sc = r.scenario
         self.seed, self.draw = int(seed), draw
@@ -103,26 +106,15 @@ class Fleet:
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
         self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
+        # a policy that answers from the step count alone is asked without an Observation (`decide`)
+        self.planned = plan_ahead and self.policy.next_merge(0, 0) is not None
+        self._recorders: list[Recorder] = []  # share(None): the engines' busy periods, as they run
         self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
         self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
         ct = r.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
         self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None
-        merged = self._merged if ct is not None and ct.timetable.merge_window_s is not None else None
-        self.trainer = Trainer(
-            env,
-            t,
-            sc.fleet.islands,
-            sc.horizon_s,
-            self.seed,
-            decide=self.decide,
-            run_phase=self.merge.run_phase,
-            bound_changed=bound.changed,
-            merged=merged or self.progress.record_merge,
-            phases=sc.merge.phases,
-            stream_round=self._stream_round if sc.merge.fragments > 1 else None,
-            computing=gs.computing if gs.active else None,
-        )
+        self.trainer = self._make_trainer(bound, gs)
         self.monitor = Monitor(
             env,
             sc,
@@ -150,6 +142,61 @@ class Fleet:
         if self.cotenant is not None:
             self.cotenant.start()
 
+    def _make_trainer(self, bound: LookaheadBound, gs: GpuShare) -> Trainer:
+        """The islands: they ask the policy (`decide`; a planned one only about its next merge), run
+        merge phases, and bank merges (a `merges` co-tenant also opens a window then)."""
+        sc, ct = self.sc, self.r.cotenant
+        merged = self._merged if ct is not None and ct.timetable.merge_window_s is not None else None
+        return Trainer(
+            self.env,
+            sc.training,
+            sc.fleet.islands,
+            sc.horizon_s,
+            self.seed,
+            decide=self.decide,
+            run_phase=self.merge.run_phase,
+            bound_changed=bound.changed,
+            merged=merged or self.progress.record_merge,
+            phases=sc.merge.phases,
+            stream_round=self._stream_round if sc.merge.fragments > 1 else None,
+            computing=gs.computing if gs.active else None,
+            plan=self.policy.next_merge if self.planned else None,
+        )
+
+    # -- sharing busy periods across runs of a seed (models.tape) --------------------------------
+    def shareable(self) -> bool:
+        """Whether these engines may record or replay tapes: open loop, unrouted, not fed from
+        outside, no KV pool, prefix cache or iteration log (models.tape)."""
+        return (
+            self.fed is None
+            and self.router is None
+            and self.clients is None
+            and all(s.core.kv is None and s.core.px is None and s.core.log is None for s in self.sidecars)
+        )
+
+    def share(self, tapes: list[Tape] | None) -> bool:
+        """Before run(): record every engine's busy periods (`tapes` None; then `tapes()` after the
+        run), or replay a baseline run's. False, and nothing attached, if this fleet may not or the
+        tapes were recorded on other requests."""
+        if not self.shareable():
+            return False
+        cores = [s.core for s in self.sidecars]
+        if tapes is None:
+            self._recorders = [Recorder() for _ in cores]
+            for c, rec in zip(cores, self._recorders):
+                c.tape = rec
+            return True
+        if len(tapes) != len(cores):
+            return False
+        for c, t in zip(cores, tapes):
+            if t is not None and t.fits(c):  # (an engine whose baseline ran contended has none)
+                c.tape = Replay(t)
+        return True
+
+    def tapes(self) -> list[Tape | None]:
+        """After a recording run: each engine's tape (None where it ran contended)."""
+        return [rec.tape(s.core) for rec, s in zip(self._recorders, self.sidecars)]
+
     def _make_sidecars(self, bound: LookaheadBound) -> list:
         """The engines: one per sidecar, or engines fed from outside (`self.fed`, None otherwise): the
         prefill and decode ones of `disagg:` (sim.disagg), or those whose caches pool (`remote_kv:`,
@@ -172,7 +219,11 @@ class Fleet:
         self.cotenant.merge_ended()
 
     def decide(self, step: int) -> bool:
-        """The policy's answer for inner step `step`, from what the monitor observes now."""
+        """The policy's answer for inner step `step`, from what the monitor observes now; or, for a
+        planned policy (Policy.next_merge), from the step count, reading nothing of the engines,
+        which may then have run ahead of now (tests/test_policies.py: it equals `decide`'s)."""
+        if self.planned:
+            return self.policy.next_merge(step - 1, self.trainer.last_merge_step) == step
         return bool(self.policy.decide(self.monitor.observe(step)))
 
     def run(self) -> RunResult:

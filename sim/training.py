@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from wadiloco.models.policies.base import NEVER
 from wadiloco.models.rng import stream
 from wadiloco.models.scenario import MERGE_PHASES, TrainingConfig
 
@@ -69,8 +70,16 @@ class Trainer:
         phases: Sequence[str] = PHASES,
         stream_round: Callable[[MergeRecord], Generator] | None = None,
         computing: Callable[[int, bool], None] | None = None,
+        plan: Callable[[int, int], int] | None = None,
     ):
         self.env = env
+        # plan(step, last_merge_step): the next step the policy merges at, when its answers follow
+        # from the step count (models.policies.base Policy.next_merge); then the lookahead bound is
+        # that decision, not the next one. Its instant is the same whenever asked until a barrier
+        # (step times are drawn ahead), so it is cached per (step, barriers so far).
+        self.plan = plan
+        self._barriers = 0
+        self._plan_at: tuple[tuple[int, int], float] = ((-1, -1), -INF)
         # computing(i, on): island i starts stepping (on) or stops, at a merge barrier or the horizon
         # (sim.gpushare: its inner steps hold the GPU and its learner threads run meanwhile).
         self.computing = computing
@@ -142,13 +151,29 @@ class Trainer:
         return q
 
     def next_decision_at(self) -> float:
-        """When the policy is next asked: the first island to end step `decided + 1` asks, unless
-        that is past the horizon. -inf while a merge is pending or running, or an island is not
-        stepping (the next decision is then not known)."""
+        """When the policy is next asked (with a `plan`: next asked and says merge): the first island
+        to end step `decided + 1` (the planned step) asks, unless that is past the horizon. -inf
+        while a merge is pending or running, or an island is not stepping (the next decision is
+        then not known)."""
         if self.merge_at >= 0:
             return -INF
         if self._streaming:
             return INF  # not asked until the round ends (which calls bound_changed)
+        if self.plan is None:
+            return self._first_end(self.decided + 1)
+        step = self.plan(self.decided, self.last_merge_step)
+        if step >= NEVER:
+            return INF
+        key = (step, self._barriers)
+        if self._plan_at[0] == key:
+            return self._plan_at[1]
+        t = self._first_end(step)
+        if t != -INF:
+            self._plan_at = (key, t)
+        return t
+
+    def _first_end(self, step: int) -> float:
+        """The instant the first island ends inner step `step` (> every island's last), or inf."""
         best = INF
         for i in range(self.n_islands):
             t = self._ends[i]
@@ -156,7 +181,7 @@ class Trainer:
                 return -INF
             if t == INF:
                 continue
-            m = self.decided - self.island_step[i]  # steps after the one in flight
+            m = step - 1 - self.island_step[i]  # steps after the one in flight
             if m:
                 q = self._durations(i, m)
                 for j in range(m):
@@ -202,6 +227,7 @@ class Trainer:
                     self._round_done = env.event()
                     self.merges.append(MergeRecord(len(self.merges), k, env.now))
             if self.merge_at == k:
+                self._barriers += 1
                 self._arrived += 1
                 done = self._round_done
                 if self.computing is not None:

@@ -220,7 +220,7 @@ def test_observe_equals_a_fresh_computation(name, policy, params):
     sc = with_overrides(
         load_scenario(ROOT / "scenarios" / f"{name}.yaml"), {"horizon_s": 240.0, "drain_s": 20.0, "merge.h_min": 32}
     )
-    fleet = Fleet(resolve(sc, policy, params), 3)
+    fleet = Fleet(resolve(sc, policy, params), 3, plan_ahead=False)  # (fixed observes at every step too)
     real = fleet.monitor.observe
     seen = []
 

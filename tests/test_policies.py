@@ -18,7 +18,7 @@ from wadiloco.models import invariants as inv
 from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES, make_policy, parse_policy
-from wadiloco.models.policies.base import LearnerSignals, Observation, PolicyContext
+from wadiloco.models.policies.base import NEVER, LearnerSignals, Observation, PolicyContext
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def policy(name: str, **params):
 
 
 def record(sc, pol, params, seed=0):
-    f = Fleet(resolve(sc, pol, params), seed)
+    f = Fleet(resolve(sc, pol, params), seed, plan_ahead=False)  # (every policy observes at every step)
     seen: list[Observation] = []
     orig = f.monitor.observe
 
@@ -353,3 +353,51 @@ def test_capabilities_are_declared_and_checked_at_registration():
     with pytest.raises(ValueError, match="takes_reference"):
         register(Undeclared)
     assert "test_undeclared" not in POLICIES
+
+
+# ---- planned policies: answers from the step count alone (Policy.next_merge) ----------------------
+
+
+def _planned(name: str):
+    if name == "matched_random":
+        ctx = PolicyContext(24, 64, 3, draw=1, reference_merges=4, reference_steps=300)
+        return make_policy(name, {"reference": "fixed", "reference_params": {"H": 48}}, ctx)
+    return make_policy(name, {"H": 40} if name == "fixed" else {}, PolicyContext(24, 64, 3))
+
+
+@pytest.mark.parametrize("name", ["fixed", "no_sync", "matched_random"])
+def test_next_merge_is_the_first_step_decide_merges_at(name):
+    """The fleet asks a planned policy nothing between merges (sim.fleet Fleet.decide): its
+    next_merge must be exactly the first later step at which `decide` says merge."""
+    pol = _planned(name)
+    for last in (0, 17, 40, 120):
+        for step in range(last, last + 200, 7):
+            want = next((k for k in range(step + 1, 400) if pol.decide(obs(k, last, h_min=24, h_max=64))), NEVER)
+            got = pol.next_merge(step, last)
+            assert (got if got < 400 else NEVER) == want, (name, step, last)
+
+
+def test_policies_that_observe_are_not_planned():
+    for name in ("pressure_gated", "wa_diloco", "online_forecast"):
+        assert policy(name).next_merge(10, 0) is None, name
+
+
+@pytest.mark.parametrize(
+    "pol, params", [("fixed", {"H": 48}), ("matched_random", {"reference": "fixed", "reference_params": {"H": 48}})]
+)
+def test_a_planned_policy_runs_as_one_asked_every_step(pol, params):
+    """Same decisions, merges and requests whether the fleet asks the policy with an Observation
+    at every step (and bounds the engines there) or plans ahead to its next merge."""
+    sc = scenario("bursty", **SHORT)
+    runs = []
+    for planned in (True, False):
+        r = resolve(sc, pol, params)
+        ref = {"merges": 3, "steps": 200} if pol == "matched_random" else {}
+        f = Fleet(r, 2, reference_merges=ref.get("merges"), reference_steps=ref.get("steps"), plan_ahead=planned)
+        assert f.planned is planned
+        runs.append(f.run())
+    a, b = runs
+    assert a.decisions == b.decisions and len(a.merges) == len(b.merges) >= 2
+    assert [(m.start, m.end) for m in a.merges] == [(m.start, m.end) for m in b.merges]
+    for k in a.requests:
+        assert np.array_equal(a.requests[k], b.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k

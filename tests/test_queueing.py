@@ -354,11 +354,11 @@ def test_running_past_a_decision_is_caught(monkeypatch):
     from wadiloco.models.invariants import InvariantError
     from wadiloco.sim.training import Trainer
 
-    sc = _scenario_for("bursty", {})
-    Fleet(resolve(sc), 2, check=True).run()  # the real bound passes
+    sc = _scenario_for("bursty", {})  # (fixed: a planned policy, asked here at every step all the same)
+    Fleet(resolve(sc), 2, check=True, plan_ahead=False).run()  # the real bound passes
     monkeypatch.setattr(Trainer, "next_decision_at", lambda self: math.inf)
     with pytest.raises(InvariantError, match="ran past an observation"):
-        Fleet(resolve(sc), 2, check=True).run()
+        Fleet(resolve(sc), 2, check=True, plan_ahead=False).run()
 
 
 # =============================================================================================

@@ -2,9 +2,11 @@
 
 A run needs its reference run (if any) to have succeeded, and the no_sync run of its (regime,
 seed) to have finished (ok: its per-request latencies come along for the common-random-numbers
-comparison; failed: the run goes ahead without them). Dependencies go first (baselines, then
-references), everything else in plan order, and a matched control's draws are submitted as soon
-as its reference is stored, with that run's merge and inner-step counts. At most 2 x workers runs
+comparison; failed: the run goes ahead without them). Runs go one (regime, seed) after
+another, and within one, dependencies first (the baseline, then references), everything else in
+plan order; a matched control's draws are submitted as soon as its reference is stored, with that
+run's merge and inner-step counts. (A worker keeps the no_sync run's tapes of the last few
+(regime, seed) pairs it ran, which the other runs of that pair replay: experiments.runner.) At most 2 x workers runs
 are in flight, so a sweep of any size keeps a bounded queue, and a baseline's latencies are
 dropped once no pending run needs them. A run whose worker process died is run once more before
 it is recorded as failed (a co-runner may have killed the worker). Runs stored by an earlier
@@ -13,9 +15,10 @@ session are skipped (--resume); the store's primary key makes a duplicate imposs
 
 from __future__ import annotations
 
+import heapq
 import os
 import sys
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,16 +136,20 @@ class Scheduler:
         self.users: dict[tuple, int] = defaultdict(int)  # dependency -> pending runs that need its data
         self.inflight: dict[Any, tuple[tuple, dict | None, int]] = {}  # handle -> (key, reference, tries)
         self.finished: set[tuple] = set()
-        self.ready: deque = deque()
+        self.ready: list[tuple[tuple, tuple]] = []  # heap of (priority, key): see _ready
+        self.rank: dict[tuple, int] = {}  # 0 a baseline, 1 a reference, 2 anything else
+        self.group: dict[tuple, int] = {}  # (regime, seed) -> its place in the plan
 
     def run(self, tasks: list[Task], todo: list[Task]) -> None:
         self.by_key = {t.key: t for t in tasks}
         self.order = {t.key: i for i, t in enumerate(tasks)}
+        for t in tasks:
+            self.group.setdefault((t.regime, t.seed), len(self.group))
         self._index(todo)
         window = 2 * self.be.workers
         while self.ready or self.inflight:
             while self.ready and len(self.inflight) < window:
-                self._submit(self.by_key[self.ready.popleft()])
+                self._submit(self.by_key[heapq.heappop(self.ready)[1]])
             if self.inflight:
                 self._collect()
         for t in todo:  # defensive: every dependency is itself a task of the plan, so none is left
@@ -163,10 +170,17 @@ class Scheduler:
                     if k == t.base_key:
                         self.blobs[k] = self.store.detail(k)
             self.blockers[t.key] = deps & pending
-        # baselines first, then references, then everything else, in plan order
-        rank = {k: (0 if self.by_key[k].base_key is None else 1) for k in self.dependents}
-        first = [t.key for t in todo if not self.blockers[t.key]]
-        self.ready.extend(sorted(first, key=lambda k: (rank.get(k, 2), self.order[k])))
+        self.rank = {k: (0 if self.by_key[k].base_key is None else 1) for k in self.dependents}
+        for t in todo:
+            if not self.blockers[t.key]:
+                self._ready(t.key)
+
+    def _ready(self, k: tuple) -> None:
+        """Queue a run whose dependencies are done: the earliest (regime, seed) first, so the runs of
+        one pair follow each other (each worker's tapes of it are used before they are dropped); in
+        it baselines, then references, then the rest, in plan order."""
+        t = self.by_key[k]
+        heapq.heappush(self.ready, ((self.group[(t.regime, t.seed)], self.rank.get(k, 2), self.order[k]), k))
 
     def _submit(self, t: Task) -> None:
         if t.ref_key is not None and self.summaries.get(t.ref_key) is None:
@@ -220,7 +234,7 @@ class Scheduler:
             if d.ref_key == t.key and res is None:
                 self._skip(d, "failed")
             elif not self.blockers[dk]:
-                self.ready.append(dk)
+                self._ready(dk)
 
     def _skip(self, t: Task, why: str) -> None:
         self._release(t)

@@ -130,7 +130,7 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         load_plugins(task.get("plugins", ()))
-        from wadiloco.experiments.runner import run_one
+        from wadiloco.experiments.runner import run_one, sharing_on
 
         res = run_one(
             task["scenario"],
@@ -139,6 +139,7 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
             task["params"],
             task["draw"],
             reference=task.get("reference"),
+            share=sharing_on(),  # the seed's no_sync tapes (experiments.runner): same results, less work
         )
         e2e = _censored_e2e(res)
         out = {

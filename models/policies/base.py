@@ -76,6 +76,9 @@ class PolicyContext:
     base_dir: str = "."  # the scenario's folder: relative paths in params resolve from it
 
 
+NEVER = 1 << 62  # Policy.next_merge: a step no run reaches
+
+
 class Policy:
     """Capabilities are declared, not guessed: `oracle` (may read the future through `prepare`),
     `control` (a randomised comparator, not an evaluated policy), `takes_reference` (inherits a
@@ -112,3 +115,11 @@ class Policy:
 
     def decide(self, obs: Observation) -> bool:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def next_merge(self, step: int, last_merge_step: int) -> int | None:
+        """For a policy whose answers follow from the step count alone (not from what the fleet
+        observes): the first step after `step` at which `decide` says merge, the last merge having
+        closed `last_merge_step`; NEVER for none. The fleet then asks nobody at the other steps and
+        lets the engines run ahead to that one (sim.training: Trainer.next_decision_at). None, the
+        default: ask `decide` with an Observation at every step."""
+        return None

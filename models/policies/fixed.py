@@ -24,3 +24,6 @@ class Fixed(Policy):
 
     def decide(self, obs: Observation) -> bool:
         return obs.steps_since_merge >= self.p.H
+
+    def next_merge(self, step: int, last_merge_step: int) -> int:
+        return max(step + 1, last_merge_step + self.p.H)

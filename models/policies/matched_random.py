@@ -27,13 +27,14 @@ always feasible. If even that fails, the reference's count cannot fit the corrid
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.placement import PlacementError, feasible_range, final_window, sample_placement
-from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
+from wadiloco.models.policies.base import NEVER, Observation, Params, Policy, PolicyContext
 from wadiloco.models.policies.registry import POLICIES, parse_policy, register
 from wadiloco.models.rng import stream
 
@@ -128,6 +129,11 @@ class MatchedRandom(MatchedControl):
         except PlacementError as e:  # pragma: no cover - plan_window checked feasibility
             raise InputError(f"<policy {self.name}>", "policy.params.reference", str(e)) from None
         self._steps = frozenset(self.plan)
+        self._sorted = sorted(self._steps)
 
     def decide(self, obs: Observation) -> bool:
         return obs.step in self._steps
+
+    def next_merge(self, step: int, last_merge_step: int) -> int:
+        j = bisect_right(self._sorted, step)
+        return self._sorted[j] if j < len(self._sorted) else NEVER

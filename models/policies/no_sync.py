@@ -1,6 +1,6 @@
 """`no_sync`: never merge. Every claim is measured against it (same seed, same load)."""
 
-from wadiloco.models.policies.base import Observation, Policy
+from wadiloco.models.policies.base import NEVER, Observation, Policy
 from wadiloco.models.policies.registry import register
 
 
@@ -12,3 +12,6 @@ class NoSync(Policy):
 
     def decide(self, obs: Observation) -> bool:
         return False
+
+    def next_merge(self, step: int, last_merge_step: int) -> int:
+        return NEVER
