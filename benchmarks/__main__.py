@@ -32,7 +32,12 @@ And (benchmarks/setup.py; `--skip-setup` leaves it out):
   setup_s_per_run         what one bursty.yaml run pays outside env.run (resolve, fleet building with
                           the arrivals, request table and summary, the worker's record), with its
                           parts; setup_s_per_run_paper the mean over experiments/paper.yaml's regimes,
-                          and events_per_run_paper their SimPy events per run.
+                          and events_per_run_paper their SimPy events per run;
+  worker_overhead_s_per_run  a sweep worker's time per run outside env.run, pickling included, over
+                          a seed of paper.yaml's bursty regime weighted as paper.yaml's runs;
+  parent_s_per_run / parent_cpu_s_per_run  the sweep parent's wall / CPU time per run (scheduling,
+                          payloads, results, store commits) over paper_quick.yaml's plan, workers
+                          answering at once (benchmarks/setup.py).
 And (benchmarks/share.py; `--skip-share` leaves it out):
   share_speedup_draws     per regime, a matched-random draw's CPU time without the seed's no_sync tapes
                           over its time with them (models.tape), interleaved, with the recording run's
@@ -228,10 +233,11 @@ def share_lines(out: dict) -> list[str]:
 def setup_lines(out: dict) -> list[str]:
     def row(name: str, p: dict) -> str:
         keys = ("resolve_s", "arrivals_s", "fleet_s", "results_s", "record_s")
-        parts = "  ".join(f"{k[:-2]} {p[k] * 1e3:.0f}" for k in keys)
+        parts = "  ".join(f"{k[:-2]} {p[k] * 1e3:.1f}" for k in keys)
         return (
-            f"  {name}: set-up {p['setup_s_per_run'] * 1e3:.0f} ms ({parts} ms) vs env.run {p['run_s']:.3f} s "
-            f"({p['setup_fraction']:.1%}); {p['events']} events"
+            f"  {name}: set-up {p['setup_s_per_run'] * 1e3:.1f} ms ({parts} ms; arrivals shared "
+            f"{p['arrivals_shared_s'] * 1e3:.2f}, fleet with them {p['fleet_shared_s'] * 1e3:.1f}) "
+            f"vs env.run {p['run_s']:.3f} s ({p['setup_fraction']:.1%}); {p['events']} events"
         )
 
     st = out["setup"]
@@ -239,6 +245,14 @@ def setup_lines(out: dict) -> list[str]:
     if "paper" in st:
         lines.append(f"  setup_s_per_run_paper {out['setup_s_per_run_paper']:.3f} (mean over the paper's regimes)")
         lines += [row(name, p) for name, p in st["paper"].items()]
+    if "sweep_path" in out:
+        sp = out["sweep_path"]
+        kinds = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sp["worker_overhead_s_by_kind"].items())
+        lines.append(
+            f"  sweep path per run: worker_overhead_s_per_run {sp['worker_overhead_s_per_run'] * 1e3:.1f} ms "
+            f"({kinds} ms), parent_s_per_run {sp['parent_s_per_run'] * 1e3:.1f} ms "
+            f"(cpu {sp['parent_cpu_s_per_run'] * 1e3:.1f} ms; {sp['parent_plan']})"
+        )
     return lines
 
 
