@@ -25,13 +25,22 @@ give identical results on every regime.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from array import array
 from bisect import bisect_left
 
 NAN = math.nan
 INF = math.inf
-SNAP_S = 2.0  # seconds of simulated time between a baseline's snapshots (a run simulates <= this before a merge)
+SNAP_S = 4.0  # seconds of simulated time between a baseline's snapshots (a run simulates <= this before a merge)
+
+
+def requests_digest(st) -> bytes:
+    """What identifies an engine's requests: its arrival times and token lengths, byte for byte."""
+    h = hashlib.blake2b(digest_size=20)
+    for a in (st.t_arr, st.prompt, st.output):
+        h.update(memoryview(a).cast("B"))
+    return h.digest()
 
 
 class Snapshot:
@@ -43,7 +52,9 @@ class Snapshot:
     def __init__(self, st) -> None:
         self.now, self.next_i, self.n_dec, self.sum_ctx = st.now, st.next_i, st.n_dec, st.sum_ctx
         self.diter, self.n_finished, self.contended = st.diter, st.n_finished, st.contended
-        self.waiting, self.prefilling = array("q", st.waiting), array("q", st.prefilling)
+        w = st.waiting  # FCFS without preemption: consecutive requests, kept as (first, count)
+        self.waiting = (w[0], len(w)) if w and w[-1] - w[0] + 1 == len(w) else array("q", w)
+        self.prefilling = array("q", st.prefilling)
         self.prefilled = array("q", (x for kv in st.prefilled.items() for x in kv))  # rid, tokens, ...
         d = st.diter
         self.heap = array("q", (x for due, rid in st.fin_heap for x in (due - d, rid)))  # due relative to diter
@@ -98,12 +109,12 @@ class Tape:
         self.idx, self.t, self.wake, self.diter, self.cont = rec.idx, rec.t, rec.wake, rec.diter, rec.cont
         self.pos = {i: p for p, i in enumerate(rec.idx)}  # the period that starts with request i
         n = st.n
-        self.arrivals = (bytes(st.t_arr), bytes(st.prompt), bytes(st.output))  # what it is valid for
+        self.arrivals = requests_digest(st)  # what it is valid for
         self.rows = (st.admitted[:n].copy(), st.first_token[:n].copy(), st.finish[:n].copy())
 
     def fits(self, st) -> bool:
         """Whether `st` serves the very requests this tape was recorded on."""
-        return self.arrivals == (bytes(st.t_arr), bytes(st.prompt), bytes(st.output))
+        return self.arrivals == requests_digest(st)
 
 
 class Replay:
@@ -146,7 +157,8 @@ class Replay:
         st.contended += b.contended - a.contended
         st.now, st.next_i, st.n_dec, st.sum_ctx = b.now, b.next_i, b.n_dec, b.sum_ctx
         st.waiting.clear()
-        st.waiting.extend(b.waiting)
+        w = b.waiting
+        st.waiting.extend(range(w[0], w[0] + w[1]) if isinstance(w, tuple) else w)
         st.prefilling[:] = b.prefilling
         st.prefilled.clear()
         pf = b.prefilled
