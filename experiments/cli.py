@@ -80,10 +80,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="wadiloco", description=DESCRIPTION)
     rev = git_revision()
     p.add_argument("--version", action="version", version=f"wadiloco {version()}" + (f" (git {rev})" if rev else ""))
+    p.add_argument(
+        "--pure",
+        action="store_true",
+        help="run the pure-Python serving core, as $WADILOCO_PURE=1 does (the same results, slower; "
+        "sweep workers on this machine inherit it, Dask workers need the variable set themselves)",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)
     return p
+
+
+def _pure() -> None:
+    os.environ["WADILOCO_PURE"] = "1"  # before models/core.py is first imported: it picks the core then
+    from wadiloco.models import core
+
+    if core.KIND != "pure":
+        raise InputError("--pure", "", "the serving core was chosen before --pure was read (a plugin imported it)")
 
 
 def _say(text: str) -> None:
@@ -124,6 +138,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         load_plugins(plugin_modules())
         args = build_parser().parse_args(argv)
+        if args.pure:
+            _pure()
         rc = args.func(args)
         sys.stdout.flush()
         return int(rc or 0)

@@ -57,7 +57,9 @@ def git_revision() -> str | None:
 
 
 def software() -> dict[str, Any]:
-    return {"version": version(), "git_revision": git_revision()}
+    from wadiloco.models.core import KIND  # (here, not at import: `wadiloco --pure` chooses it first)
+
+    return {"version": version(), "git_revision": git_revision(), "serving_core": KIND}
 
 
 def resolved_scenario(r) -> dict[str, Any]:
