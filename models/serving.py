@@ -41,6 +41,11 @@ at the engine or change its speeds before then) is booked at once, without a wai
 `serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy), not a loop a
 process calls into once per step: that call, or a generator switch, costs 5-15% of a run.
 
+A tape (models.tape; `st.tape`, set before the run) is consulted only where a step starts at or after
+its `mark` (a snapshot is recorded, or the engine jumps ahead along a baseline run's trajectory) and
+at idle instants (recorded, or a baseline's busy period copied): what it restores replaces the
+state in place, and the loop's locals are read back from `st`.
+
 Closed-loop clients (models.clients): an engine may have a `client` that creates requests as others
 finish (a batch starts when the previous one is done; a user sends again after thinking). It is
 consulted only when a step finishes requests (`_finish_closed`), and puts what it creates into the
