@@ -171,3 +171,29 @@ def test_a_workers_baseline_latencies_unpacked_once_per_packed_bytes(monkeypatch
     assert worker._baseline_e2e(bytes(bytearray(blob))) is got  # equal bytes, another object (a new task)
     other = worker._baseline_e2e(worker.pack_e2e(e2e + 1.0))
     assert other is not got and np.array_equal(other, worker.unpack_e2e(worker.pack_e2e(e2e + 1.0)))
+
+
+@pytest.mark.parametrize("name, policy", [("bursty", "fixed"), ("normal", "no_sync"), ("pressure_heavy", "no_sync")])
+def test_lazy_timeline_filled_in_bulk_is_the_row_loop(name, policy, monkeypatch):
+    """sim.monitor fills a planned run's pending timeline rows at once by sorted searches (_fill_bulk);
+    the same columns row by row (BULK_ROWS out of reach), on runs whose timeline is filled lazily."""
+    import wadiloco.sim.monitor as monitor
+    from wadiloco.sim.fleet import Fleet
+
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / f"{name}.yaml"), {"horizon_s": 90.0, "drain_s": 10.0})
+
+    def timeline(rows: int):
+        monkeypatch.setattr(monitor, "BULK_ROWS", rows)
+        calls, real = [], monitor.Monitor._fill_bulk
+        monkeypatch.setattr(monitor.Monitor, "_fill_bulk", lambda m, lo, hi: calls.append(hi - lo) or real(m, lo, hi))
+        fleet = Fleet(resolve(sc, policy, {"H": 128} if policy == "fixed" else None), 2)
+        assert fleet.monitor.lazy
+        res = fleet.run()
+        monkeypatch.undo()
+        return res.timeline, calls
+
+    (bulk, used), (loop, unused) = timeline(32), timeline(10**9)
+    assert used and not unused and sum(used) > 50  # the sorted searches filled most rows
+    assert bulk.keys() == loop.keys()
+    for k in bulk:
+        assert np.asarray(bulk[k]).tobytes() == np.asarray(loop[k]).tobytes(), k
