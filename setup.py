@@ -88,7 +88,14 @@ def extensions() -> list:
     ]
     return cythonize(
         exts,
-        compiler_directives={"language_level": 3, "binding": False, "embedsignature": False},
+        # the .pxd files give the C types (models/*.pxd); the .py annotations are documentation
+        compiler_directives={
+            "language_level": 3,
+            "binding": False,
+            "embedsignature": False,
+            "annotation_typing": False,
+        },
+        include_path=[str(out)],  # where cythonize finds wadiloco/models/_*_c.pxd (the copies have no package)
         build_dir=str(ROOT / "build" / "cython-c"),
         quiet=True,
     )

@@ -76,9 +76,8 @@ def host_bound_count(k: int, g0: float, dg: float, h: float) -> int:
         return 0
     if dg <= 0:
         return k
-    m = math.ceil((h - g0) / dg)
-    if m > k:
-        m = k
+    x = (h - g0) / dg
+    m = k if x >= k else math.ceil(x)  # min(k, ceil(x)) without an integer as large as x
     if m and h <= g0 + (m - 1) * dg:
         m -= 1
     return m
@@ -94,9 +93,8 @@ def run_time(k: int, g0: float, dg: float, h: float) -> float:
     if dg <= 0:
         m = k
     else:
-        m = math.ceil((h - g0) / dg)
-        if m > k:
-            m = k
+        x = (h - g0) / dg
+        m = k if x >= k else math.ceil(x)
     if m and h <= g0 + (m - 1) * dg:
         m -= 1
     return m * h + (k - m) * g0 + dg * (k * (k - 1) / 2 - m * (m - 1) / 2)
@@ -120,7 +118,8 @@ def _guess(t: float, g0: float, dg: float, h: float) -> int:
 def _search(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float, float | None]:
     """The largest k <= kmax whose run ends by t, its run time, and that of k + 1 when the
     search computed it."""
-    k = min(kmax, max(0, _guess(t, g0, dg, h)))
+    guess = _guess(t, g0, dg, h)  # (a Python int: it may be far beyond kmax)
+    k = kmax if guess > kmax else (guess if guess > 0 else 0)
     r = run_time(k, g0, dg, h)
     up = None
     while k < kmax:

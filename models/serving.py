@@ -38,8 +38,10 @@ or up to the first boundary at or after an arrival it could admit, timed in clos
 (models.batching). A step that ends before the lookahead bound (`bound.until`: nothing will look
 at the engine or change its speeds before then) is booked at once, without a wait.
 
-`serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy), not a loop a
-process calls into once per step: that call, or a generator switch, costs 5-15% of a run.
+`serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy). It calls
+`Steps.advance` once per SimPy event, not once per step: advance books every step that needs no
+event (the loop of the rules above) and says what to wait for. The compiled core (setup.py,
+serving.pxd) runs advance and the rules in C; a generator cannot have C locals.
 
 A tape (models.tape; `st.tape`, set before the run) is consulted only where a step starts at or after
 its `mark` (a snapshot is recorded, or the engine jumps ahead along a baseline run's trajectory) and
@@ -171,7 +173,7 @@ class EngineState:
         # closed loop: the client (None: open loop) and each request's tag (its batch or user)
         + ("client", "tag")
         # the KV-cache block pool (models.kv; None: unlimited, today's engine)
-        + ("kv", "admit_fn", "slow")
+        + ("kv", "slow")
         # a router's next instant (sim.routing.RouterProc.until; inf: no router): an idle engine waits for it
         + ("gate",)
         # cached prompt tokens: each request's given count (`cached`: its KV arrives with it), the
@@ -199,7 +201,6 @@ class EngineState:
         hashes=None,
     ):
         self.kv = kv
-        self.admit_fn = self.admit if kv is None else self.admit_kv  # what `serve` admits with
         # `serve` books steps with _book_slow (a KV pool, a prefix cache, a client, a log, a router)
         self.slow = kv is not None or prefix is not None
         self.gate = NO_GATE
@@ -668,83 +669,134 @@ def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, 
     return (yield from _shared_step(st, clock, rest(e, g, h, f, sp if slowed else FULL3, seq), end, end))
 
 
-def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
-    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module docstring)."""
-    t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
-    h, f, seq, extra = st.h, 0.0, st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0  # h, f: today's
-    waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st.finish, st.gate
-    prompt, output, pop, kv, admit, tape = st.prompt, st.output, heapq.heappop, st.kv, st.admit_fn, st.tape
-    gpu_jobs, host_jobs, wait, Cut, slow = clock.gpu_jobs, clock.host_jobs, clock.wait, clock.Cut, st.slow
-    now, i, n_dec, sum_ctx, diter, mark = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter, -INF if tape else INF
-    k, end, chunks, slowed, t_sim, sp = 0, now, None, False, now, FULL3  # the step in hand; clock; speeds
-    while True:
-        if k:  # book the step in hand: k iterations ended at `end` (rule 4)
-            diter, sum_ctx = diter + k, sum_ctx + n_dec * k
-            if slowed:
-                st.contended += k
-            if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
-                n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
-            elif chunks:
-                n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
-            while fin_heap and fin_heap[0][0] <= diter:
-                rid = pop(fin_heap)[1]
-                finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
-                st.n_finished += 1
-        now = end
-        while i < n and t_arr[i] <= now:  # rule 1
-            waiting.append(i)
-            i += 1
-        st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
-        if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
-            mark = tape.mark(st, bound.until, gpu_jobs or host_jobs)
-            now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-        if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
-            if i >= n and gate.until == INF:
-                return
-            k, end = 0, now + (span := (t_arr[i] if i < n else gate.until) - now)
-            if tape and (r := tape.idle(st, i, now, end, bound.until, gpu_jobs or host_jobs)) == r:
-                i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
+IDLE, RUN, SHARED, DONE = 0, 1, 2, 3  # what `Steps.advance` hands `serve` to do before it is called again
+
+
+class Steps:
+    """`serve`'s registers between two of the simulator's events: the step in hand (k iterations
+    ending at `end`, their prefill `chunks`, `slowed`: run below full speed), the simulator's clock
+    `t_sim`, what an interrupted step needs (its work g0, h, f, closed-form terms sg, sdg, sh, dg and
+    speeds sp) and the next instant a tape is consulted (`mark`: models.tape; inf: off tape).
+    `advance` runs steps until one needs the simulator; with the compiled core (serving.pxd) it runs
+    in C, called once per SimPy event rather than once per step."""
+
+    __slots__ = ("st", "clock", "bound", "ff", "k", "end", "chunks", "slowed", "t_sim", "sp", "delay")
+    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark")
+
+    def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
+        self.st, self.clock, self.bound, self.ff = st, clock, bound, ff
+        self.k, self.end, self.chunks, self.slowed, self.t_sim, self.sp = 0, st.now, None, False, st.now, FULL3
+        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = 0.0
+        self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
+        self.tape, self.mark = st.tape, -INF if st.tape else INF
+
+    def advance(self) -> int:
+        """Book the step in hand and run the next ones until one needs the simulator: DONE (every
+        request served), IDLE or RUN (wait `delay`, a RUN step interruptibly), SHARED (run g0, h, f
+        as jobs on the links). Publishes `st` at every step (module docstring: the rules)."""
+        st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
+        k, end, chunks, slowed, t_sim = self.k, self.end, self.chunks, self.slowed, self.t_sim
+        g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
+        t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
+        seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
+        waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st.finish, st.gate
+        prompt, output, kv, slow = st.prompt, st.output, st.kv, st.slow
+        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
+        n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
+        while True:
+            if k:  # book the step in hand: k iterations ended at `end` (rule 4)
+                diter, sum_ctx = diter + k, sum_ctx + n_dec * k
+                if slowed:
+                    st.contended += k
+                if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
+                    n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
+                elif chunks:
+                    n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
+                while fin_heap and fin_heap[0][0] <= diter:
+                    rid = heapq.heappop(fin_heap)[1]
+                    finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
+                    st.n_finished += 1
+            now = end
+            while i < n and t_arr[i] <= now:  # rule 1
+                waiting.append(i)
+                i += 1
+            st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
+            if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
+                mark = tape.mark(st, bound.until, gpu_jobs or host_jobs)
+                now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
+            if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
+                if i >= n and gate.until == INF:
+                    return DONE
+                k, end = 0, now + (span := (t_arr[i] if i < n else gate.until) - now)
+                if tape and (r := tape.idle(st, i, now, end, bound.until, gpu_jobs or host_jobs)) == r:
+                    i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
+                    continue
+                if end >= bound.until:
+                    what = IDLE
+                    break
                 continue
+            if prefilling or waiting or kv is not None:  # rules 2 and 3 (a KV pool may preempt: admit_kv)
+                chunks, pf, n_dec, sum_ctx = (
+                    st.admit(now, n_dec, sum_ctx) if kv is None else st.admit_kv(now, n_dec, sum_ctx)
+                )
+                g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+            else:
+                chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+            if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
+                g0, h, f = st.step_work(chunks, n_dec, g0)
+            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
+            if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
+                rg, rh, rf = sp = clock.speeds()
+                if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
+                    what = SHARED
+                    break
+                sg, sdg, sh, slowed, self.sp = g0 / rg, dg / rg, h / rh, rg < 1.0 or rh < 1.0 or rf < 1.0, sp
+            if extra:  # what the closed forms take (g0, h) for the generation
+                sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
+            k, span = 1, (sh if sh > sg else sg)
+            if ff and n_dec and not chunks:
+                k = fin_heap[0][0] - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
+                span = run_time(k, sg, sdg, sh)
+                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
+                    # stop for an arrival it could admit, or before the iteration in flight when a router looks
+                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
+            end = now + span
             if end >= bound.until:
-                yield wait(span if t_sim == now else delay_to(t_sim, end))
-                t_sim = end
-            n, finish = st.n, st.finish  # (a router may have handed it requests meanwhile)
-            continue
-        if prefilling or waiting or kv is not None:  # rules 2 and 3 (a KV pool may preempt: admit_kv)
-            chunks, pf, n_dec, sum_ctx = admit(now, n_dec, sum_ctx)
-            g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+                what = RUN
+                break
+        self.k, self.end, self.chunks, self.slowed, self.mark = k, end, chunks, slowed, mark
+        self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg = g0, h, f, sg, sdg, sh, dg
+        if what != SHARED:
+            self.delay = span if t_sim == now else delay_to(t_sim, end)
+        return what
+
+
+def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
+    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module
+    docstring): the simulator's side of `Steps.advance`, which books every step that needs no event."""
+    run = Steps(st, clock, bound, ff)
+    advance, wait, Cut = run.advance, clock.wait, clock.Cut
+    while True:
+        what = advance()
+        if what == RUN:
+            clock.interruptible = True
+            try:
+                yield wait(run.delay)
+                clock.interruptible = False
+            except Cut:  # the jobs on our links changed: what is left of the iteration is shared work
+                end, now, k = clock.now(), st.now, run.k
+                done, e = split(end - now, run.sg, run.sdg, run.sh, k)  # the iterations done ran at the old speeds
+                if done < k:
+                    g = run.g0 + done * run.dg
+                    end = yield from _cut(st, clock, done, run.slowed, end, e, g, run.h, run.f, run.sp, st.seq)
+                    run.k, run.slowed = 1, False
+                run.end = end
+            run.t_sim = run.end
+        elif what == IDLE:
+            yield wait(run.delay)
+            run.t_sim = run.end
+        elif what == SHARED:
+            run.end = run.t_sim = yield from _shared_step(st, clock, (run.g0, run.h, run.f), run.t_sim, st.now)
+            run.k = 1
         else:
-            chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
-        if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
-            g0, h, f = st.step_work(chunks, n_dec, g0)
-        sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
-        if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
-            rg, rh, rf = sp = clock.speeds()
-            if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
-                end = t_sim = yield from _shared_step(st, clock, (g0, h, f), t_sim, now)
-                k = 1
-                continue
-            sg, sdg, sh, slowed = g0 / rg, dg / rg, h / rh, rg < 1.0 or rh < 1.0 or rf < 1.0
-        if extra:  # what the closed forms take (g0, h) for the generation
-            sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
-        k, span = 1, (sh if sh > sg else sg)
-        if ff and n_dec and not chunks:
-            k = fin_heap[0][0] - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
-            span = run_time(k, sg, sdg, sh)
-            if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
-                # stop for an arrival it could admit, or before the iteration in flight when a router looks
-                k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
-        end = now + span
-        if end < bound.until:
-            continue
-        clock.interruptible = True
-        try:
-            yield wait(span if t_sim == now else delay_to(t_sim, end))
-            clock.interruptible = False
-        except Cut:  # the jobs on our links changed: what is left of the iteration is shared work
-            end = clock.now()
-            done, e = split(end - now, sg, sdg, sh, k)  # the iterations done ran at the old speeds
-            if done < k:
-                end = yield from _cut(st, clock, done, slowed, end, e, g0 + done * dg, h, f, sp, seq)
-                k, slowed, diter, sum_ctx = 1, False, st.diter, st.sum_ctx
-        t_sim = end
+            return

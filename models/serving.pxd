@@ -1,0 +1,66 @@
+# C types for models/serving.py when setup.py compiles it (Cython, pure-Python mode; the .py stays the
+# one source of the logic, and runs unchanged without Cython). The engine's counters and parameters
+# are C fields of EngineState, `Steps.advance` (the loop of `serve` between two SimPy events) and the
+# rules it calls are C functions with C locals, and the closed forms are C calls into the compiled
+# batching module. Integers are 64-bit (`%` and `//` keep Python's semantics: cdivision is off);
+# doubles are computed as CPython does (setup.py: no fused multiply-add).
+import cython
+
+from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
+
+
+cpdef double delay_to(double now, double t) except? -1.0
+
+
+cdef class EngineState:
+    cdef public long long max_seqs, budget
+    cdef public double a, b, c, d, e, h, h1, h2, fq, ft
+    cdef public bint seq, front
+    cdef public long long n
+    cdef public object t_arr, prompt, output, admitted, first_token, finish
+    cdef public long long next_i
+    cdef public object waiting
+    cdef public list prefilling
+    cdef public dict prefilled
+    cdef public list fin_heap
+    cdef public long long n_dec, sum_ctx, diter, n_finished, contended
+    cdef public double now
+    cdef public object log, client, tag, kv, gate
+    cdef public bint slow
+    cdef public object cached, px, hashes
+    cdef public dict hit
+    cdef public bint start
+
+    @cython.locals(budget0=cython.longlong, budget=cython.longlong, rid=cython.longlong, take=cython.longlong,
+                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list, prefilled=dict)
+    cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
+
+    @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
+                   rid=cython.longlong, take=cython.longlong, got=cython.longlong, h=cython.double,
+                   prefilled=dict, hit=dict)
+    cpdef tuple step_work(self, list chunks, long long n_dec, double g)
+
+    @cython.locals(completed=cython.longlong, rid=cython.longlong, take=cython.longlong, got=cython.longlong,
+                   out=cython.longlong, start=cython.bint, prefilled=dict)
+    cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
+
+    cpdef long long kv_run(self, long long t, long long n_dec) except? -1
+
+
+cdef class Steps:
+    cdef public EngineState st
+    cdef public object clock, bound, sp, tape
+    cdef public list chunks
+    cdef public bint ff, slowed
+    cdef public long long k
+    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark
+
+    @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, chunks=list,
+                   slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
+                   a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
+                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=list, fin_heap=list,
+                   slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
+                   sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
+                   pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
+                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int)
+    cpdef int advance(self) except -1
