@@ -30,18 +30,20 @@ cdef class EngineState:
     cdef public object cached, px, hashes
     cdef public dict hit
     cdef public bint start
+    cdef double[:] _admitted, _first_token, _finish
 
-    @cython.locals(budget0=cython.longlong, budget=cython.longlong, rid=cython.longlong, take=cython.longlong,
-                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list, prefilled=dict)
+    @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
+                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list, prefilled=dict,
+                   admitted=cython.double[:])
     cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
-                   rid=cython.longlong, take=cython.longlong, got=cython.longlong, h=cython.double,
+                   take=cython.longlong, got=cython.longlong, h=cython.double,
                    prefilled=dict, hit=dict)
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
-    @cython.locals(completed=cython.longlong, rid=cython.longlong, take=cython.longlong, got=cython.longlong,
-                   out=cython.longlong, start=cython.bint, prefilled=dict)
+    @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
+                   out=cython.longlong, start=cython.bint, prefilled=dict, first_token=cython.double[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
@@ -62,5 +64,6 @@ cdef class Steps:
                    slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
-                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int)
+                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
+                   finish=cython.double[:])
     cpdef int advance(self) except -1

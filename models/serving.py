@@ -58,12 +58,12 @@ waits and fast-forward's stop at an arrival are exact as for pre-drawn arrivals.
 
 from __future__ import annotations
 
-import heapq
 import math
 from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Generator, Sized
+from heapq import heapify, heappop, heappush
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -182,6 +182,8 @@ class EngineState:
         + ("cached", "px", "hashes", "hit", "start")
         # busy periods recorded or replayed at idle instants (models.tape; None: neither)
         + ("tape",)
+        # the result arrays again, as the engine writes them (the compiled core's typed views: serving.pxd)
+        + ("_admitted", "_first_token", "_finish")
     )
 
     def __init__(
@@ -216,6 +218,7 @@ class EngineState:
         self.admitted = np.full(n, NAN)
         self.first_token = np.full(n, NAN)
         self.finish = np.full(n, NAN)
+        self._views()
         self.next_i = 0  # next arrival not yet pulled into `waiting`
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
@@ -275,6 +278,10 @@ class EngineState:
                 new = np.full(cap, NAN)
                 new[: len(old)] = old
                 setattr(self, name, new)
+            self._views()
+
+    def _views(self) -> None:
+        self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
 
     def add(self, t: float, prompt, output, tag: int) -> None:
         """Requests arriving at t (>= now) with these token lengths: inserted into the not-yet-arrived
@@ -331,7 +338,7 @@ class EngineState:
             take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
-        admitted, room, start = self.admitted, self.max_seqs - n_dec - len(prefilling), self.start
+        admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         while waiting and budget > 0 and room > 0:
             rid = waiting.popleft()
             admitted[rid] = now
@@ -368,7 +375,7 @@ class EngineState:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
         first tokens, new decoders (and requests wanting one output token, finished). Returns
         the new (n_dec, sum_ctx)."""
-        prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self.first_token
+        prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self._first_token
         kv, start = self.kv, self.start
         # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
         # new admissions appended to it), and only the last chunk can fall short of its prompt:
@@ -387,7 +394,7 @@ class EngineState:
                 first_token[rid] = end
             out = output[rid]
             if out <= 1:
-                self.finish[rid] = end
+                self._finish[rid] = end
                 self.n_finished += 1
                 if kv is not None:
                     self.release(rid, None)
@@ -398,7 +405,7 @@ class EngineState:
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
                 kv.cnt[(diter - prompt[rid]) % kv.bs] += 1
             sum_ctx += prompt[rid] + 1
-            heapq.heappush(self.fin_heap, (diter + out - 1, rid))
+            heappush(self.fin_heap, (diter + out - 1, rid))
         del self.prefilling[:completed]
         return n_dec, sum_ctx
 
@@ -505,7 +512,7 @@ class EngineState:
             due = heap[j][0]
             heap[j] = heap[-1]
             heap.pop()
-            heapq.heapify(heap)
+            heapify(heap)
             total = prompt[rid] + output[rid]
             ctx = total - due + t  # its context at iteration t
             phase = (due + 1 - total) % kv.bs
@@ -594,7 +601,7 @@ class EngineState:
             kv.cnt[phase] += 1
             kv.running[rid] = None
             kv.copy += nb
-            heapq.heappush(self.fin_heap, (t + left, rid))
+            heappush(self.fin_heap, (t + left, rid))
             n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
         return n_dec, sum_ctx
@@ -625,7 +632,7 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
     fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
     done = [rid for rid, _ in chunks if finish[rid] == end] if chunks and client is not None else []
     while fin_heap and fin_heap[0][0] <= diter:
-        due, rid = heapq.heappop(fin_heap)
+        due, rid = heappop(fin_heap)
         finish[rid] = end
         st.n_finished += 1
         n_dec -= 1
@@ -637,7 +644,7 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         done.append(rid)
     if done and client is not None:
         st.client.finished(st, done, end)
-    return n_dec, sum_ctx, st.n, st.finish
+    return n_dec, sum_ctx, st.n, st._finish
 
 
 def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
@@ -699,7 +706,7 @@ class Steps:
         g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
         t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
-        waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st.finish, st.gate
+        waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st._finish, st.gate
         prompt, output, kv, slow = st.prompt, st.output, st.kv, st.slow
         gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
@@ -713,7 +720,7 @@ class Steps:
                 elif chunks:
                     n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
                 while fin_heap and fin_heap[0][0] <= diter:
-                    rid = heapq.heappop(fin_heap)[1]
+                    rid = heappop(fin_heap)[1]
                     finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
                     st.n_finished += 1
             now = end
@@ -775,9 +782,9 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
     """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module
     docstring): the simulator's side of `Steps.advance`, which books every step that needs no event."""
     run = Steps(st, clock, bound, ff)
-    advance, wait, Cut = run.advance, clock.wait, clock.Cut
+    wait, Cut = clock.wait, clock.Cut
     while True:
-        what = advance()
+        what = run.advance()
         if what == RUN:
             clock.interruptible = True
             try:
