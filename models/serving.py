@@ -620,8 +620,7 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
     """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
     pool (which books the iterations' blocks and takes back a finished request's) or a client (which
     hears of every request finished at `end`, also one-token requests finished by `first_tokens`,
-    and may submit new ones: `add`). Returns the new (n_dec, sum_ctx) and the arrays' new length and
-    `finish` (a client's may grow)."""
+    and may submit new ones: `add`, which may grow the arrays). Returns the new (n_dec, sum_ctx)."""
     kv, client = st.kv, st.client
     if st.log is not None:
         st.log.append((now, end))
@@ -644,7 +643,7 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         done.append(rid)
     if done and client is not None:
         st.client.finished(st, done, end)
-    return n_dec, sum_ctx, st.n, st._finish
+    return n_dec, sum_ctx
 
 
 def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
@@ -716,7 +715,8 @@ class Steps:
                 if slowed:
                     st.contended += k
                 if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
-                    n_dec, sum_ctx, n, finish = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
+                    n_dec, sum_ctx = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
+                    n, finish = st.n, st._finish  # (a client's arrays may have grown)
                 elif chunks:
                     n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
                 while fin_heap and fin_heap[0][0] <= diter:
