@@ -144,7 +144,9 @@ def test_request_checks_catch_violations():
 def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
     """The engine silently loses one admitted request: the request table still has a row per
     arrival (check_requests passes), but the engine's own counts no longer sum to its arrivals."""
-    from wadiloco.models.core import serving  # the serving module that runs (compiled or pure: models/core.py)
+    import wadiloco.models.serving as serving  # pure: a compiled EngineState (an extension type) cannot be patched
+    import wadiloco.sim.build as build
+    import wadiloco.sim.engine as engine
 
     sc = _short(ROOT / "scenarios" / "normal.yaml", horizon=60.0)
     simulate(sc, 1, check=True)  # intact: passes
@@ -156,6 +158,9 @@ def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
             dropped.append(self.waiting.pop())  # gone from every queue, never booked
         return admit(self, now, n_dec, sum_ctx)
 
+    monkeypatch.setattr(engine, "EngineState", serving.EngineState)
+    monkeypatch.setattr(engine, "serve", serving.serve)
+    monkeypatch.setattr(build, "KVPool", serving.KVPool)
     monkeypatch.setattr(serving.EngineState, "admit", lossy)
     with pytest.raises(inv.InvariantError, match="request conservation, sidecar"):
         simulate(sc, 1, check=True)
