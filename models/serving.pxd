@@ -30,6 +30,7 @@ cdef class EngineState:
     cdef public object cached, px, hashes
     cdef public dict hit
     cdef public bint start
+    cdef public object tape
     cdef double[:] _admitted, _first_token, _finish
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
