@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped import SCENARIOS, load_shipped
 
 import wadiloco.models.core as core
 import wadiloco.models.serving as pure
@@ -26,27 +27,16 @@ import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import event_mark, processed_events
 from wadiloco.models.config import load_scenario, resolve, with_overrides
-from wadiloco.models.errors import InputError
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRIDOR = {"merge.h_min": 16, "merge.h_max": 32}
 
 
-def _load(path: Path):
-    """The shipped scenario; a trace replay skips when its trace (in shared/) is not beside the checkout."""
-    try:
-        return load_scenario(path)
-    except InputError as e:
-        if "trace file not found" not in str(e):
-            raise
-        pytest.skip(f"{path.name}: its trace is in shared/, not found beside the checkout ({e})")
-
-
 def _run(name: str, overrides: dict, lazy: bool, monkeypatch):
     if not lazy:
         monkeypatch.setattr(monitor, "lazy_ok", lambda sidecars: False)
-    sc = _load(ROOT / "scenarios" / f"{name}.yaml")
+    sc = load_shipped(ROOT / "scenarios" / f"{name}.yaml")
     sc = with_overrides(sc, {"horizon_s": 20.0, "drain_s": 5.0, **overrides})
     fleet = Fleet(resolve(sc), 3)
     mark = event_mark(fleet.env)
@@ -96,7 +86,6 @@ def test_lazy_monitor_only_where_exact(overrides):
 
 # ---- the compiled serving core ---------------------------------------------------------------------
 
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "testbed").glob("*.yaml"))
 # Each scenario runs one variant, in turn, so every variant meets several workloads.
 VARIANTS = [
     {},
@@ -139,7 +128,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
 
 
 def _variant_scenario(path: Path, i: int, horizon: float):
-    sc = _load(path)
+    sc = load_shipped(path)
     ov = dict(VARIANTS[i % len(VARIANTS)])
     if sc.workload["kind"] == "closed_loop":
         ov.pop("router.name", None)  # (a closed loop creates each sidecar's requests: static only)
@@ -159,7 +148,7 @@ def test_compiled_core_matches_pure(i, path, monkeypatch):
 def test_compiled_core_matches_pure_with_a_prefix_cache(monkeypatch):
     mod = compiled_serving()
     path = ROOT / "scenarios" / "mooncake_synthetic.yaml"
-    sc = with_overrides(_load(path), {"horizon_s": 8.0, "drain_s": 2.0, **PREFIX})
+    sc = with_overrides(load_shipped(path), {"horizon_s": 8.0, "drain_s": 2.0, **PREFIX})
     s = _same_run(sc, mod, pure, monkeypatch)
     assert s["prefix_hit_rate"] > 0
 

@@ -8,30 +8,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped import SCENARIOS, load_shipped
 
 from wadiloco.experiments import runner
 from wadiloco.models.config import load_scenario, resolve, with_overrides
-from wadiloco.models.errors import InputError
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "testbed").glob("*.yaml"))
 # merges every ~12 s of a 30-s window: fixed H=24 in a corridor that admits it
 MERGING = {"horizon_s": 30.0, "drain_s": 2.0, "merge.h_min": 16, "merge.h_max": 32}
 FIXED = {"policy": {"name": "fixed", "params": {"H": 24}}}
 
 
-def _load(path: Path):
-    try:
-        return load_scenario(path)
-    except InputError as e:
-        if "trace file not found" not in str(e):
-            raise
-        pytest.skip(f"{path.name}: its trace is in shared/, not found beside the checkout ({e})")
-
-
 def _scenario(path: Path):
-    sc = _load(path)
+    sc = load_shipped(path)
     if path.parent.name == "testbed":  # its own replayed schedule (merge windows of a co-tenant)
         return with_overrides(sc, {"horizon_s": 30.0, "drain_s": 2.0})
     return with_overrides(sc, {**MERGING, **FIXED})
