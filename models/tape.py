@@ -84,9 +84,6 @@ class Recorder:
         self.cont.append(st.contended)
         return NAN  # nothing replayed: the engine goes on
 
-    def after(self, t: float) -> float:  # pragma: no cover - a recorder never replays
-        return INF
-
     def tape(self, st) -> Tape | None:
         """The replayable record of this run (after it), or None if it ever ran contended. An engine
         that served all its requests ends idle: that instant closes its last busy period."""
