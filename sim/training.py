@@ -2,9 +2,12 @@
 
 Islands step independently (each step `step_time_s` with Gaussian jitter from the island's own
 RNG stream). The first island to finish step k asks the policy about k; nobody has passed k
-then, so a "merge at k" reaches every island in time. A merge is a barrier: islands stop at k
-until the last one arrives, then the phases below run one after another, each made of fabric
-jobs whose durations emerge from sizes and bandwidths (sim.merge). `merge.phases` may name a subset;
+then, so a "merge at k" reaches every island in time. A planned policy's answers follow from the
+step count (Policy.next_merge), so its islands coast: one event takes an island through the steps
+before the next planned merge (or the horizon), and their 'no' decisions are booked as they end.
+A merge is a barrier: islands stop at k until the last one arrives, then the phases below run
+one after another, each made of fabric jobs whose durations emerge from sizes and bandwidths
+(sim.merge). `merge.phases` may name a subset;
 with none a merge is instantaneous (decided, start = end: the testbed's merges are only timetable
 windows of a GPU co-tenant, sim.cotenant):
 
@@ -22,14 +25,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from heapq import heappush
 
 import simpy
+from simpy.core import NORMAL
 
 from wadiloco.models.policies.base import NEVER
 from wadiloco.models.rng import stream
 from wadiloco.models.scenario import MERGE_PHASES, TrainingConfig
 
 INF = float("inf")
+
+
+def wake_at(env: simpy.Environment, t: float) -> simpy.Event:
+    """An event processed at instant t exactly (a timeout's now + delay may miss t by an ulp)."""
+    if t < env.now:
+        raise ValueError(f"wake_at({t}) is before now ({env.now})")
+    ev = simpy.Event(env)
+    ev._ok, ev._value = True, None
+    heappush(env._queue, (t, NORMAL, next(env._eid), ev))
+    return ev
+
 
 PHASES = MERGE_PHASES  # a scenario runs these, or the subset `merge.phases` names (none: instantaneous)
 
@@ -111,6 +127,10 @@ class Trainer:
         self._rng = [stream(seed, "steps", i) for i in range(n_islands)]
         self._ahead: list[deque[float]] = [deque() for _ in range(n_islands)]
         self._ends = [-INF] * n_islands
+        # Planned policies only: the steps island i coasts through in one wait (`_coast`), as
+        # (first step, their ends), until it wakes and their decisions are booked (`_catch_up`).
+        self._coasts: list[tuple[int, list[float]] | None] = [None] * n_islands
+        self.coasting = True  # False: a planned run steps every island step (what tests compare coasting with)
         self.view = TrainingView(self)
 
     def start(self) -> None:
@@ -199,9 +219,20 @@ class Trainer:
             d = self._durations(i, 1).popleft()
             self._ends[i] = env.now + d
             self.bound_changed()
-            yield env.timeout(d)
+            m = self._coast(i, k)
+            if m:  # steps k+1 .. k+m in one wait (they end before the next merge and the horizon)
+                yield wake_at(env, self._coasts[i][1][-1])
+                q = self._ahead[i]
+                for _ in range(m - 1):
+                    q.popleft()
+                k += m - 1
+            else:
+                yield env.timeout(d)
             self._ends[i] = -INF
             k += 1
+            if self.plan is not None:
+                self._catch_up(env.now)
+                self._coasts[i] = None
             if env.now >= self.horizon and self.merge_at < k:
                 self._ends[i] = INF  # stopped: it asks nothing more
                 if self.computing is not None:
@@ -239,6 +270,50 @@ class Trainer:
                     yield done
                 if self.computing is not None:
                     self.computing(i, True)
+
+    def _coast(self, i: int, k: int) -> int:
+        """How many steps island i, in flight on step k + 1, may take in one wait (0: just this one).
+        With a plan and nothing pending, steps that end before the planned merge step and before the
+        horizon change nothing anyone reads until they end: the policy's answer to each is 'no' and
+        their instants are drawn ahead. The island's state stays that of step k + 1 in flight (so
+        `_first_end` adds the same durations as stepping would); `_catch_up` books their decisions.
+        The step after them is a timeout of its own, created at the instant stepping creates it."""
+        if not self.coasting or self.plan is None or self.stream is not None or self.merge_at >= 0:
+            return 0
+        last = self.plan(self.decided, self.last_merge_step) - 1  # the planned merge step is stepped
+        t, h = self._ends[i], self.horizon
+        if k + 2 > last or t >= h:
+            return 0
+        ends, q, n = [t], self._ahead[i], 0
+        while k + 2 + n <= last:
+            if n >= len(q):
+                self._durations(i, n + 1)
+            t2 = t + q[n]
+            if t2 >= h:
+                break
+            ends.append(t2)
+            t, n = t2, n + 1
+        if not n:
+            return 0
+        self._coasts[i] = (k + 1, ends)
+        return n + 1
+
+    def _catch_up(self, now: float) -> None:
+        """Book the decisions of steps coasted through (`_coast`) that some island has ended by
+        `now`: each is the policy's 'no', asked by the first island to end it, at that instant."""
+        coasts, j = self._coasts, self.decided + 1
+        while True:
+            best = INF
+            for c in coasts:
+                if c is not None and c[0] <= j < c[0] + len(c[1]):
+                    t = c[1][j - c[0]]
+                    best = t if t < best else best
+            if best > now:
+                return
+            self.decided = j
+            self.decisions += 1
+            self.decision_log.append((j, best, False))
+            j += 1
 
     def _merge(self, rec: MergeRecord):
         env = self.env

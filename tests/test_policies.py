@@ -383,12 +383,23 @@ def test_policies_that_observe_are_not_planned():
 
 
 @pytest.mark.parametrize(
-    "pol, params", [("fixed", {"H": 48}), ("matched_random", {"reference": "fixed", "reference_params": {"H": 48}})]
+    "pol, params, extra",
+    [
+        ("fixed", {"H": 48}, {}),
+        ("matched_random", {"reference": "fixed", "reference_params": {"H": 48}}, {}),
+        ("no_sync", {}, {}),
+        # no jitter: the islands end each step at the same instant, often on the monitor's sample grid
+        ("fixed", {"H": 48}, {"training.step_jitter": 0.0, "training.step_time_s": 0.5}),
+        # islands that hold the serving GPU while they step, and release it at barriers and the horizon
+        ("fixed", {"H": 48}, {"fleet.gpu_sharing": "timeslice", "fleet.colocation": "same_gpu"}),
+    ],
+    ids=["fixed", "matched_random", "no_sync", "no-jitter", "timeslice"],
 )
-def test_a_planned_policy_runs_as_one_asked_every_step(pol, params):
-    """Same decisions, merges and requests whether the fleet asks the policy with an Observation
-    at every step (and bounds the engines there) or plans ahead to its next merge."""
-    sc = scenario("bursty", **SHORT)
+def test_a_planned_policy_runs_as_one_asked_every_step(pol, params, extra):
+    """Same decisions (steps and instants), merges, requests and timeline whether the fleet asks the
+    policy with an Observation at every step (and bounds the engines there) or plans ahead to its
+    next merge, its islands coasting through the steps before it (sim.training Trainer._coast)."""
+    sc = scenario("bursty", **SHORT, **extra)
     runs = []
     for planned in (True, False):
         r = resolve(sc, pol, params)
@@ -397,7 +408,26 @@ def test_a_planned_policy_runs_as_one_asked_every_step(pol, params):
         assert f.planned is planned
         runs.append(f.run())
     a, b = runs
-    assert a.decisions == b.decisions and len(a.merges) == len(b.merges) >= 2
+    assert a.decisions == b.decisions and len(a.decisions) > 150
+    assert len(a.merges) == len(b.merges) >= (0 if pol == "no_sync" else 2)
     assert [(m.start, m.end) for m in a.merges] == [(m.start, m.end) for m in b.merges]
     for k in a.requests:
         assert np.array_equal(a.requests[k], b.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
+    for k in a.timeline:
+        assert np.array_equal(a.timeline[k], b.timeline[k], equal_nan=a.timeline[k].dtype.kind == "f"), k
+
+
+def test_islands_of_a_planned_policy_coast_to_the_next_merge():
+    """Stepping costs a SimPy event per island step; coasting needs a few per merge and island, and
+    changes nothing else."""
+    sc = scenario("bursty", **SHORT)
+    runs = {}
+    for coasting in (True, False):
+        f = Fleet(resolve(sc, "fixed", {"H": 48}), 2)
+        f.trainer.coasting = coasting
+        res = f.run()
+        events = next(f.env._eid) - len(f.env._queue)  # scheduled minus those still queued
+        runs[coasting] = (events, sum(f.trainer.island_step), res)
+    (ev, steps, a), (ev_stepped, _, b) = runs[True], runs[False]
+    assert steps > 600 and a.summary["merges"] >= 2 and a.decisions == b.decisions
+    assert ev_stepped - ev > steps - 4 * (a.summary["merges"] + 2) * sc.fleet.islands
