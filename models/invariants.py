@@ -86,7 +86,8 @@ def check_kv(sidecar: int, st) -> None:
     shared = kv.shared  # blocks a prefix cache holds for a request (models.prefix): counted once, reserved
     for rid in st.prefilling:
         held += -(-st.prompt[rid] // bs) - shared.get(rid, 0)
-    for due, rid in st.fin_heap:
+    for x in st.fin_heap:  # keys due << 32 | rid (models.serving.key)
+        due, rid = x >> 32, x & 0xFFFFFFFF
         total = st.prompt[rid] + st.output[rid]
         held += -(-(total - due + st.diter - 1) // bs) - shared.get(rid, 0)
         cnt[(due + 1 - total) % bs] += 1

@@ -44,7 +44,8 @@ cdef class EngineState:
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
-                   out=cython.longlong, start=cython.bint, prefilled=dict, first_token=cython.double[:])
+                   out=cython.longlong, due=cython.longlong, start=cython.bint, prefilled=dict,
+                   first_token=cython.double[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
@@ -66,5 +67,6 @@ cdef class Steps:
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
+                   x=cython.longlong,
                    finish=cython.double[:])
     cpdef int advance(self) except -1

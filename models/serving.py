@@ -3,8 +3,8 @@
 `EngineState` holds everything one sidecar engine knows: per-request inputs (arrival times,
 prompt and output lengths, as compact typed arrays) and results (admission, first-token and
 finish times, numpy), the queues (waiting, prefilling, a heap of decoders keyed by the iteration
-after which each is done) and the counters. Requests are plain integers indexing the arrays, so
-the hot path allocates no per-request objects.
+after which each is done, one integer per decoder: `key`) and the counters. Requests are plain
+integers indexing the arrays, so the hot path allocates no per-request objects.
 
 The rules, one iteration at a time (vLLM v1 order; benchmarks/reference.py implements the same
 rules independently, as the tests' oracle):
@@ -75,6 +75,15 @@ from wadiloco.models.prefix import PrefixCache
 NAN = math.nan
 INF = math.inf
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
+# A decoder's key in `fin_heap`: due << 32 | rid (the iteration after which it is done, the request), so
+# the heap holds plain ints and orders them as the tuples (due, rid). The hot loop spells out the
+# shift (32) and the mask (0xFFFFFFFF) so that the compiled core computes them in C.
+RIDS = 1 << 32  # requests per engine at most (`_grow` checks); due < 2**31 (`first_tokens` checks)
+
+
+def key(due: int, rid: int) -> int:
+    """The heap key of request rid, done after iteration `due`."""
+    return due << 32 | rid
 
 
 class Clock(Protocol):
@@ -212,6 +221,8 @@ class EngineState:
         self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
         self.n = n = len(t)
+        if n > RIDS:
+            raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
         self.t_arr = packed(t, "d", np.float64)
         self.prompt = packed(prompt, "q", np.int64)
         self.output = packed(output, "q", np.int64)
@@ -223,7 +234,7 @@ class EngineState:
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
         self.prefilled: dict[int, int] = {}  # prefilling request -> prompt tokens computed so far
-        self.fin_heap: list[tuple[int, int]] = []  # (iteration after which it is done, request)
+        self.fin_heap: list[int] = []  # key(iteration after which it is done, request)
         self.n_dec = 0  # decoding requests
         self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
         self.diter = 0  # iterations run
@@ -271,6 +282,8 @@ class EngineState:
         self._grow()
 
     def _grow(self) -> None:
+        if self.n > RIDS:
+            raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
         if self.n > len(self.finish):  # unarrived requests have NaN results: growing is all it takes
             cap = max(2 * len(self.finish), self.n, 64)
             for name in ("admitted", "first_token", "finish"):
@@ -405,7 +418,10 @@ class EngineState:
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
                 kv.cnt[(diter - prompt[rid]) % kv.bs] += 1
             sum_ctx += prompt[rid] + 1
-            heappush(self.fin_heap, (diter + out - 1, rid))
+            due = diter + out - 1
+            if due >> 31:
+                raise OverflowError(f"iteration {due} does not fit a fin_heap key")
+            heappush(self.fin_heap, due << 32 | rid)
         del self.prefilling[:completed]
         return n_dec, sum_ctx
 
@@ -508,8 +524,8 @@ class EngineState:
             kv.used -= blocks(prompt[rid], kv.bs) - shared
         else:
             heap = self.fin_heap
-            j = next(j for j, item in enumerate(heap) if item[1] == rid)
-            due = heap[j][0]
+            j = next(j for j, item in enumerate(heap) if item & 0xFFFFFFFF == rid)
+            due = heap[j] >> 32
             heap[j] = heap[-1]
             heap.pop()
             heapify(heap)
@@ -601,7 +617,7 @@ class EngineState:
             kv.cnt[phase] += 1
             kv.running[rid] = None
             kv.copy += nb
-            heappush(self.fin_heap, (t + left, rid))
+            heappush(self.fin_heap, key(t + left, rid))
             n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
         return n_dec, sum_ctx
@@ -609,7 +625,7 @@ class EngineState:
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or to the last
         iteration whose blocks fit (models.kv.KVPool.safe_iters)."""
-        k = self.fin_heap[0][0] - t
+        k = (self.fin_heap[0] >> 32) - t
         if self.kv is not None:
             safe = self.kv.safe_iters(t, n_dec)
             return safe if safe < k else k
@@ -630,8 +646,9 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
     fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
     done = [rid for rid, _ in chunks if finish[rid] == end] if chunks and client is not None else []
-    while fin_heap and fin_heap[0][0] <= diter:
-        due, rid = heappop(fin_heap)
+    while fin_heap and fin_heap[0] >> 32 <= diter:
+        x = heappop(fin_heap)
+        due, rid = x >> 32, x & 0xFFFFFFFF
         finish[rid] = end
         st.n_finished += 1
         n_dec -= 1
@@ -719,8 +736,12 @@ class Steps:
                     n, finish = st.n, st._finish  # (a client's arrays may have grown)
                 elif chunks:
                     n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
-                while fin_heap and fin_heap[0][0] <= diter:
-                    rid = heappop(fin_heap)[1]
+                while fin_heap:  # (key: due << 32 | rid)
+                    x = fin_heap[0]
+                    if x >> 32 > diter:
+                        break
+                    heappop(fin_heap)
+                    rid = x & 0xFFFFFFFF
                     finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
                     st.n_finished += 1
             now = end
@@ -762,7 +783,8 @@ class Steps:
                 sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
             k, span = 1, (sh if sh > sg else sg)
             if ff and n_dec and not chunks:
-                k = fin_heap[0][0] - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
+                x = fin_heap[0]  # (n_dec > 0: a decoder's key)
+                k = (x >> 32) - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
                 span = run_time(k, sg, sdg, sh)
                 if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks

@@ -56,9 +56,9 @@ class Snapshot:
         self.waiting = (w[0], len(w)) if w and w[-1] - w[0] + 1 == len(w) else array("q", w)
         self.prefilling = array("q", st.prefilling)
         self.prefilled = array("q", (x for kv in st.prefilled.items() for x in kv))  # rid, tokens, ...
-        d = st.diter
-        self.heap = array("q", (x for due, rid in st.fin_heap for x in (due - d, rid)))  # due relative to diter
-        held = [*st.waiting, *st.prefilling, *(rid for _, rid in st.fin_heap)]
+        off = st.diter << 32  # keys due << 32 | rid (models.serving.key), due relative to diter
+        self.heap = array("q", (x - off for x in st.fin_heap))
+        held = [*st.waiting, *st.prefilling, *(x & 0xFFFFFFFF for x in st.fin_heap)]
         self.lo = min(held) if held else st.next_i  # every request before it is done
 
 
@@ -160,8 +160,8 @@ class Replay:
         st.prefilled.clear()
         pf = b.prefilled
         st.prefilled.update(zip(pf[0::2], pf[1::2]))
-        h = b.heap
-        st.fin_heap[:] = [(d + h[j], h[j + 1]) for j in range(0, len(h), 2)]
+        off = d << 32
+        st.fin_heap[:] = [x + off for x in b.heap]  # (a constant added to every key: still a heap)
         # What the baseline booked between the two snapshots (NaN: not yet). A snapshot is taken
         # where a step starts: after the step that ended then was booked, before its admissions.
         lo, hi = a.lo, b.next_i
