@@ -48,6 +48,10 @@ cdef class EngineState:
                    first_token=cython.double[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
+    @cython.locals(x=cython.longlong, rid=cython.longlong, finish=cython.double[:])
+    cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx)
+
+    @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
 
 
@@ -62,11 +66,9 @@ cdef class Steps:
     @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, chunks=list,
                    slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
                    a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
-                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=list, fin_heap=list,
+                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=list,
                    slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
-                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   x=cython.longlong,
-                   finish=cython.double[:])
+                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int)
     cpdef int advance(self) except -1

@@ -425,6 +425,17 @@ class EngineState:
         del self.prefilling[:completed]
         return n_dec, sum_ctx
 
+    def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int) -> None:
+        """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
+        finish. Publishes the new n_dec and sum_ctx."""
+        fin_heap, finish, prompt, output = self.fin_heap, self._finish, self.prompt, self.output
+        while fin_heap and (x := fin_heap[0]) >> 32 <= diter:  # a key: due << 32 | rid
+            heappop(fin_heap)
+            rid = x & 0xFFFFFFFF
+            finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
+            self.n_finished += 1
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+
     # -- cached prompt tokens (given, or the prefix cache's: models.prefix) ---------------------------
     def skip(self, rid: int) -> tuple[int, int, int]:
         """At admission: (prompt tokens request rid need not compute, the prefix cache's leading blocks
@@ -623,9 +634,10 @@ class EngineState:
         return n_dec, sum_ctx
 
     def kv_run(self, t: int, n_dec: int) -> int:
-        """A pure-decode run's length from iteration t: to the next finish, or to the last
-        iteration whose blocks fit (models.kv.KVPool.safe_iters)."""
-        k = (self.fin_heap[0] >> 32) - t
+        """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
+        last iteration whose blocks fit (models.kv.KVPool.safe_iters)."""
+        x = self.fin_heap[0]  # a key: due << 32 | rid
+        k = (x >> 32) - t
         if self.kv is not None:
             safe = self.kv.safe_iters(t, n_dec)
             return safe if safe < k else k
@@ -722,8 +734,7 @@ class Steps:
         g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
         t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
-        waiting, prefilling, fin_heap, finish, gate = st.waiting, st.prefilling, st.fin_heap, st._finish, st.gate
-        prompt, output, kv, slow = st.prompt, st.output, st.kv, st.slow
+        waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
         gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
         while True:
@@ -733,17 +744,11 @@ class Steps:
                     st.contended += k
                 if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
                     n_dec, sum_ctx = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
-                    n, finish = st.n, st._finish  # (a client's arrays may have grown)
+                    n = st.n  # (a client may have added requests)
                 elif chunks:
                     n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
-                while fin_heap:  # (key: due << 32 | rid)
-                    x = fin_heap[0]
-                    if x >> 32 > diter:
-                        break
-                    heappop(fin_heap)
-                    rid = x & 0xFFFFFFFF
-                    finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
-                    st.n_finished += 1
+                st.finish_due(end, diter, n_dec, sum_ctx)
+                n_dec, sum_ctx = st.n_dec, st.sum_ctx
             now = end
             while i < n and t_arr[i] <= now:  # rule 1
                 waiting.append(i)
@@ -783,8 +788,7 @@ class Steps:
                 sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
             k, span = 1, (sh if sh > sg else sg)
             if ff and n_dec and not chunks:
-                x = fin_heap[0]  # (n_dec > 0: a decoder's key)
-                k = (x >> 32) - diter if kv is None else st.kv_run(diter, n_dec)  # >= 1: the finished were popped
+                k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
                 span = run_time(k, sg, sdg, sh)
                 if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks
