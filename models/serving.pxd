@@ -31,11 +31,12 @@ cdef class EngineState:
     cdef public dict hit
     cdef public bint start
     cdef public object tape
-    cdef double[:] _admitted, _first_token, _finish
+    cdef double[:] _admitted, _first_token, _finish, _t_arr
+    cdef long long[:] _prompt, _output
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list, prefilled=dict,
-                   admitted=cython.double[:])
+                   admitted=cython.double[:], prompt=cython.longlong[:])
     cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
@@ -45,10 +46,11 @@ cdef class EngineState:
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
                    out=cython.longlong, due=cython.longlong, start=cython.bint, prefilled=dict,
-                   first_token=cython.double[:])
+                   first_token=cython.double[:], prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
-    @cython.locals(x=cython.longlong, rid=cython.longlong, finish=cython.double[:])
+    @cython.locals(x=cython.longlong, rid=cython.longlong, finish=cython.double[:], prompt=cython.longlong[:],
+                   output=cython.longlong[:])
     cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
@@ -70,5 +72,6 @@ cdef class Steps:
                    slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
-                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int)
+                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
+                   t_arr=cython.double[:])
     cpdef int advance(self) except -1

@@ -191,8 +191,9 @@ class EngineState:
         + ("cached", "px", "hashes", "hit", "start")
         # busy periods recorded or replayed at idle instants (models.tape; None: neither)
         + ("tape",)
-        # the result arrays again, as the engine writes them (the compiled core's typed views: serving.pxd)
-        + ("_admitted", "_first_token", "_finish")
+        # the result arrays again, as the engine writes them, and the input arrays as it reads them (the
+        # compiled core's typed views: serving.pxd; `_views`); an input array grows only with its views dropped
+        + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output")
     )
 
     def __init__(
@@ -230,6 +231,7 @@ class EngineState:
         self.first_token = np.full(n, NAN)
         self.finish = np.full(n, NAN)
         self._views()
+        self._grow()  # (the input arrays' views)
         self.next_i = 0  # next arrival not yet pulled into `waiting`
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
@@ -269,6 +271,7 @@ class EngineState:
         them); `hashes`: its prompt's block hashes, for the prefix cache."""
         if not 0 <= cached <= prompt:
             raise ValueError(f"cached prompt tokens {cached} outside [0, {prompt}]")
+        self._unview()
         self.t_arr.append(t)
         self.prompt.append(prompt)
         self.output.append(output)
@@ -292,9 +295,15 @@ class EngineState:
                 new[: len(old)] = old
                 setattr(self, name, new)
             self._views()
+        self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
 
     def _views(self) -> None:
         self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
+
+    def _unview(self) -> None:
+        """Drop the typed views of the input arrays before they grow (an array.array with a view on
+        its buffer cannot be resized); `_grow` takes them again."""
+        self._t_arr = self._prompt = self._output = None
 
     def add(self, t: float, prompt, output, tag: int) -> None:
         """Requests arriving at t (>= now) with these token lengths: inserted into the not-yet-arrived
@@ -304,6 +313,7 @@ class EngineState:
         if not m:
             return
         pos = bisect_right(self.t_arr, t, self.next_i)
+        self._unview()
         self.t_arr[pos:pos] = array("d", [t]) * m
         self.prompt[pos:pos] = array("q", prompt)
         self.output[pos:pos] = array("q", output)
@@ -340,7 +350,7 @@ class EngineState:
         """The prefill chunks (request, tokens) of the iteration starting at `now`, admitting
         waiting requests as rule 2 allows; the prefill tokens they add up to; and (n_dec, sum_ctx),
         which only `admit_kv` changes."""
-        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self.prefilled, self.prompt
+        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self.prefilled, self._prompt
         budget0 = self.budget
         budget = budget0 - n_dec
         chunks: list[tuple[int, int]] = []
@@ -388,7 +398,7 @@ class EngineState:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
         first tokens, new decoders (and requests wanting one output token, finished). Returns
         the new (n_dec, sum_ctx)."""
-        prompt, output, prefilled, first_token = self.prompt, self.output, self.prefilled, self._first_token
+        prompt, output, prefilled, first_token = self._prompt, self._output, self.prefilled, self._first_token
         kv, start = self.kv, self.start
         # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
         # new admissions appended to it), and only the last chunk can fall short of its prompt:
@@ -428,7 +438,7 @@ class EngineState:
     def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int) -> None:
         """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
         finish. Publishes the new n_dec and sum_ctx."""
-        fin_heap, finish, prompt, output = self.fin_heap, self._finish, self.prompt, self.output
+        fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
         while fin_heap and (x := fin_heap[0]) >> 32 <= diter:  # a key: due << 32 | rid
             heappop(fin_heap)
             rid = x & 0xFFFFFFFF
@@ -732,7 +742,7 @@ class Steps:
         st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
         k, end, chunks, slowed, t_sim = self.k, self.end, self.chunks, self.slowed, self.t_sim
         g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
-        t_arr, n, max_seqs, a, b, c, d = st.t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
+        t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
         waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
         gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
@@ -743,8 +753,9 @@ class Steps:
                 if slowed:
                     st.contended += k
                 if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
+                    t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
                     n_dec, sum_ctx = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
-                    n = st.n  # (a client may have added requests)
+                    n, t_arr = st.n, st._t_arr
                 elif chunks:
                     n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
                 st.finish_due(end, diter, n_dec, sum_ctx)
