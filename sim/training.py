@@ -7,9 +7,8 @@ step count (Policy.next_merge), so its islands coast: one event takes an island 
 before the next planned merge (or the horizon), and their 'no' decisions are booked as they end.
 A merge is a barrier: islands stop at k until the last one arrives, then the phases below run
 one after another, each made of fabric jobs whose durations emerge from sizes and bandwidths
-(sim.merge). `merge.phases` may name a subset;
-with none a merge is instantaneous (decided, start = end: the testbed's merges are only timetable
-windows of a GPU co-tenant, sim.cotenant):
+(sim.merge). `merge.phases` may name a subset; with none a merge is instantaneous (decided,
+start = end: the testbed's merges are only timetable windows of a GPU co-tenant, sim.cotenant):
 
 1. stage: each host copies its pseudo-gradient shard GPU -> pinned host over PCIe, pressing on
    the host CPU path (and on the serving GPU when the outer optimizer lives there);
