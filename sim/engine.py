@@ -115,6 +115,13 @@ class Sidecar:
         if kv is not None and kv.swap and pcie is None:
             raise ValueError("swap preemption needs the host's PCIe link")
         self.gpu_jobs, self.host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
+        # speeds() as of its links' fabrics' generations (Fabric.generation; the engine asks at every
+        # step while jobs press on its links, and the answer changes only with those jobs)
+        links = (gpu, host) if front is None else (gpu, host, front)
+        fabrics = list(dict.fromkeys(lk.fabric for lk in links))  # (usually one: the host's)
+        self._fabrics = fabrics if None not in fabrics else None
+        self._speeds_at: list[int] | None = None
+        self._speeds = (1.0, 1.0, 1.0)
         self.wait = env.timeout
         # The engine stays its links' occupant for good; `interruptible` says whether a call from
         # the fabric finds it in a wait it can cut short.
@@ -171,9 +178,15 @@ class Sidecar:
     def speeds(self) -> tuple[float | None, float | None, float | None]:
         """1 on a link alone, a constant share when only merge holds press on it, None when
         finite jobs share it (the fabric decides)."""
+        at = [f.generation for f in self._fabrics] if self._fabrics is not None else None
+        if at is not None and at == self._speeds_at:
+            return self._speeds
         gpu, host, front = self.gpu, self.host, self.front
         rf = 1.0 if front is None or not front.jobs else hold_share(front)
-        return (hold_share(gpu) if gpu.jobs else 1.0), (hold_share(host) if host.jobs else 1.0), rf
+        sp = (hold_share(gpu) if gpu.jobs else 1.0), (hold_share(host) if host.jobs else 1.0), rf
+        if at is not None:
+            self._speeds_at, self._speeds = at, sp
+        return sp
 
     def _job(self, link: Link | None, work: float):
         return link.fabric.start([link], work, 1.0, 1.0, ("serve", self.idx)) if work > 0 else None

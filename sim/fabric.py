@@ -78,7 +78,9 @@ class Fabric:
         self.links: dict[str, Link] = {}
         self.jobs: list[Job] = []
         self._t = env.now
-        self._gen = 0
+        # re-allocations so far: every change of a link's jobs re-allocates, so a value computed from
+        # the jobs on this fabric's links holds while it stays the same (sim.engine Sidecar.speeds)
+        self.generation = 0
         self.check = check  # assert capacities on every re-allocation (invariant mode)
 
     def link(self, name: str, capacity: float) -> Link:
@@ -231,14 +233,14 @@ class Fabric:
                     load = sum(x.rate for x in lk.jobs) / lk.capacity
                     if load > lk.peak_load:
                         lk.peak_load = load
-        self._gen += 1
+        self.generation += 1
         if nxt < INF:
-            gen = self._gen
+            gen = self.generation
             ev = self.env.timeout(max(0.0, nxt - now))
             ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
 
     def _on_timer(self, gen: int) -> None:
-        if gen != self._gen:
+        if gen != self.generation:
             return
         self.advance()
         now = self.env.now

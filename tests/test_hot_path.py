@@ -244,3 +244,50 @@ def test_observe_equals_a_fresh_computation(name, policy, params):
     arr = np.concatenate([a.t for a in fleet.arrivals])
     arrived = np.searchsorted(np.sort(arr), t, side="right")
     assert np.array_equal(np.cumsum(fleet.monitor.tl["arrivals"]), arrived)
+
+
+# ---- sim/engine.py Sidecar.speeds ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [{}, {"fleet.colocation": "same_gpu"}], ids=["same_host", "same_gpu"])
+def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
+    """An engine asks its speeds at every step while merge work presses on its links; the answer is
+    kept per fabric generation. At every call it equals the uncached answer, most calls are answered
+    from the cache, and a run without the cache gives the same requests."""
+    from wadiloco.models.config import resolve
+    from wadiloco.sim import engine
+    from wadiloco.sim.fleet import Fleet
+
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 200, "drain_s": 20, **extra})
+    calls = {"asked": 0, "computed": 0}
+    cached, fresh = engine.Sidecar.speeds, engine.hold_share
+
+    def counted_hold_share(*a, **k):
+        calls["computed"] += 1
+        return fresh(*a, **k)
+
+    def checked(self):
+        calls["asked"] += 1
+        got = cached(self)
+        fabrics, self._fabrics = self._fabrics, None  # (no cache: computed from the links' jobs)
+        assert cached(self) == got
+        self._fabrics = fabrics
+        return got
+
+    monkeypatch.setattr(engine.Sidecar, "speeds", checked)
+    a = Fleet(resolve(sc), 1).run()
+    monkeypatch.setattr(engine, "hold_share", counted_hold_share)
+    monkeypatch.setattr(engine.Sidecar, "speeds", cached)
+    f = Fleet(resolve(sc), 1)
+    b = f.run()
+    with_cache = calls["computed"]
+    calls["computed"] = 0
+    f = Fleet(resolve(sc), 1)
+    for s in f.sidecars:
+        s._fabrics = None
+    c = f.run()
+    assert a.summary["merges"] >= 1 and calls["asked"] > 200
+    assert with_cache * 10 < calls["computed"]
+    for k in a.requests:
+        for other in (b, c):
+            assert np.array_equal(a.requests[k], other.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
