@@ -1,7 +1,6 @@
 # C types for models/batching.py when setup.py compiles it (Cython, pure-Python mode): the closed forms
 # the serving core calls once per step become C functions (models/serving.pxd cimports them).
-# _guess stays Python objects: C's floor(t / h) is not Python's float t // h (1.0 // 0.1 is 9.0), and
-# its int may exceed 64 bits.
+# _guess is only where the search starts (any start gives the same answer), in floats, clamped to kmax.
 import cython
 
 cpdef tuple compose(double g, double h, double f, bint sequential)
@@ -12,7 +11,8 @@ cpdef long long host_bound_count(long long k, double g0, double dg, double h) ex
 @cython.locals(x=cython.double, m=cython.longlong)
 cpdef double run_time(long long k, double g0, double dg, double h) except? -1.0
 
-cpdef object _guess(object t, object g0, object dg, object h)
+@cython.locals(m_all=cython.longlong, x=cython.double, t2=cython.double, base=cython.double, bq=cython.double)
+cpdef long long _guess(double t, double g0, double dg, double h, long long kmax) except? -1
 
 @cython.locals(k=cython.longlong, r=cython.double)
 cpdef tuple _search(double t, double g0, double dg, double h, long long kmax)

@@ -100,26 +100,28 @@ def run_time(k: int, g0: float, dg: float, h: float) -> float:
     return m * h + (k - m) * g0 + dg * (k * (k - 1) / 2 - m * (m - 1) / 2)
 
 
-def _guess(t: float, g0: float, dg: float, h: float) -> int:
-    """Where the search of `iters_within` starts: the run length solved in reals."""
-    m_all = host_bound_count(10**12, g0, dg, h)
+def _guess(t: float, g0: float, dg: float, h: float, kmax: int) -> int:
+    """Where the search of `iters_within` starts, in [0, kmax]: the run length solved in reals.
+    Only a start: `_search` steps from it to the exact answer, so any guess gives the same result
+    (a good one, fewer steps); computed in floats and clamped, so it is a 64-bit integer."""
+    m_all = host_bound_count(kmax, g0, dg, h)  # the host-bound iterations among the first kmax
     if t <= m_all * h:
-        return int(t // h) if h > 0 else 0
-    t2 = t - m_all * h
-    base = g0 + m_all * dg
-    if dg <= 0:
-        return m_all + (int(t2 // base) if base > 0 else 0)
-    # dg/2 x^2 + (base - dg/2) x - t2 = 0
-    bq = base - dg / 2
-    x = (-bq + math.sqrt(bq * bq + 2 * dg * t2)) / dg
-    return m_all + max(0, int(x))
+        x = t / h if h > 0 else 0.0
+    else:
+        t2 = t - m_all * h
+        base = g0 + m_all * dg
+        if dg <= 0:
+            x = m_all + (t2 / base if base > 0 else 0.0)
+        else:  # dg/2 x^2 + (base - dg/2) x - t2 = 0
+            bq = base - dg / 2
+            x = m_all + (-bq + math.sqrt(bq * bq + 2 * dg * t2)) / dg
+    return kmax if x >= kmax else (int(x) if x > 0 else 0)  # (NaN: 0)
 
 
 def _search(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float, float | None]:
     """The largest k <= kmax whose run ends by t, its run time, and that of k + 1 when the
     search computed it."""
-    guess = _guess(t, g0, dg, h)  # (a Python int: it may be far beyond kmax)
-    k = kmax if guess > kmax else (guess if guess > 0 else 0)
+    k = _guess(t, g0, dg, h, kmax)
     r = run_time(k, g0, dg, h)
     up = None
     while k < kmax:

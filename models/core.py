@@ -61,4 +61,4 @@ def select() -> tuple[ModuleType, str]:
 
 serving, KIND = select()
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
-KVPool = serving.KVPool  # the block pool class the selected core was built with (models.kv)
+KVPool = serving.POOL  # the block pool class the selected core was built with (models.kv)

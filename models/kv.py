@@ -108,19 +108,21 @@ class KVPool:
         return blocks(total - 1, bs) > cap or blocks(prompt, bs) + self.wm > cap
 
     def _partial(self, p0: int, j: int) -> int:
-        cnt, bs = self.cnt, self.bs
-        return sum(cnt[(p0 + x) % bs] for x in range(j))
+        cnt, bs, s = self.cnt, self.bs, 0
+        for x in range(j):
+            s += cnt[(p0 + x) % bs]
+        return s
 
     def need(self, m: int, t0: int, n_dec: int) -> int:
         """Blocks the decoders take over the m iterations from iteration t0 (membership fixed)."""
-        q, r = divmod(m, self.bs)
+        q, r = m // self.bs, m % self.bs
         return q * n_dec + (self._partial(t0 % self.bs, r) if r else 0)
 
     def safe_iters(self, t0: int, n_dec: int) -> int:
         """The most iterations from t0 whose blocks fit in the free ones (the first always does:
         the engine made room for it)."""
         free, bs, cnt = self.cap - self.used, self.bs, self.cnt
-        q, r = divmod(free, n_dec)
+        q, r = free // n_dec, free % n_dec  # (not divmod: the compiled pool computes these in C)
         p0, j, s = t0 % bs, 0, 0
         while j < bs:
             s += cnt[(p0 + j) % bs]
@@ -144,7 +146,7 @@ class KVPool:
                 count = top + 1 if x else top
                 if count > 0:
                     total += n_dec * (top * (top + 1) // 2) + count * pref[x]
-            q, r = divmod(k, bs)
+            q, r = k // bs, k % bs
             self.sum_used += k * used + total
             self.used = used = used + q * n_dec + pref[r]
         else:

@@ -7,6 +7,7 @@
 import cython
 
 from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
+from wadiloco.models._kv_c cimport KVPool, blocks
 
 
 cpdef double delay_to(double now, double t) except? -1.0
@@ -25,7 +26,8 @@ cdef class EngineState:
     cdef public list fin_heap
     cdef public long long n_dec, sum_ctx, diter, n_finished, contended
     cdef public double now
-    cdef public object log, client, tag, kv, gate
+    cdef public object log, client, tag, gate
+    cdef public KVPool kv
     cdef public bint slow
     cdef public object cached, px, hashes
     cdef public dict hit
@@ -45,7 +47,7 @@ cdef class EngineState:
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
-                   out=cython.longlong, due=cython.longlong, start=cython.bint, prefilled=dict,
+                   out=cython.longlong, due=cython.longlong, start=cython.bint, prefilled=dict, kv=KVPool,
                    first_token=cython.double[:], prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
@@ -55,6 +57,20 @@ cdef class EngineState:
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
+
+    # with a KV pool (models.kv): every step books its blocks
+    @cython.locals(kv=KVPool, total=cython.longlong, prompt=cython.longlong[:], output=cython.longlong[:])
+    cpdef release(self, long long rid, object due)
+
+    @cython.locals(kv=KVPool, need=cython.longlong)
+    cpdef tuple make_room(self, long long t, long long n_dec, long long sum_ctx)
+
+    @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
+                   room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
+                   nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, chunks=list,
+                   prefilling=list, prefilled=dict, admitted=cython.double[:], prompt=cython.longlong[:],
+                   output=cython.longlong[:])
+    cpdef tuple admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
 
 cdef class Steps:
@@ -73,5 +89,12 @@ cdef class Steps:
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   t_arr=cython.double[:])
+                   t_arr=cython.double[:], kv=KVPool)
     cpdef int advance(self) except -1
+
+
+# a step of an engine with a KV pool or a client (a client may grow the input arrays: no views of them here)
+@cython.locals(kv=KVPool, x=cython.longlong, due=cython.longlong, rid=cython.longlong, fin_heap=list,
+               finish=cython.double[:])
+cpdef tuple _book_slow(EngineState st, long long k, list chunks, double now, double end, long long diter,
+                       long long n_dec, long long sum_ctx)

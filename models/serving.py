@@ -72,6 +72,7 @@ from wadiloco.models.batching import TODAYS_STEP, EngineStep, before, compose, r
 from wadiloco.models.kv import KVPool, blocks
 from wadiloco.models.prefix import PrefixCache
 
+POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
 NAN = math.nan
 INF = math.inf
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
@@ -251,9 +252,11 @@ class EngineState:
         self.hashes = None if hashes is None else list(hashes)
         if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
             raise ValueError("one cached-token count and one hash tuple per request")
-        if any(c < 0 or c > p for c, p in zip(self.cached, self.prompt)):
+        c, p = np.asarray(self.cached, dtype=np.int64), np.asarray(prompt, dtype=np.int64)  # (vectorised)
+        if n and ((c < 0).any() or (c > p).any()):
             raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
-        self.start = prefix is not None or any(self.cached)
+        self.start = prefix is not None or bool(c.any())
+        del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
         self.tape = None
 
     # -- closed loop: requests created as the run goes --------------------------------------------
@@ -496,7 +499,7 @@ class EngineState:
     def release(self, rid: int, due: int | None) -> None:
         """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
         context prompt + output - 1), and a recomputed request has its own lengths again."""
-        kv, prompt, output = self.kv, self.prompt, self.output
+        kv, prompt, output = self.kv, self._prompt, self._output
         total = prompt[rid] + output[rid]
         if due is not None:
             kv.cnt[(due + 1 - total) % kv.bs] -= 1
@@ -514,7 +517,7 @@ class EngineState:
         request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
         kv = self.kv
         need = kv.cnt[t % kv.bs] if n_dec else 0
-        if kv.holding is not kv.held:  # merge buffers take or give back their blocks (models.kv apply_hold)
+        if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.kv apply_hold)
             kv.apply_hold()
         while kv.used + need > kv.cap and kv.running:
             n_dec, sum_ctx, need = self._preempt(next(reversed(kv.running)), t, n_dec, sum_ctx, need)
@@ -573,7 +576,8 @@ class EngineState:
         n_dec, sum_ctx = self.make_room(self.diter, n_dec, sum_ctx)
         if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
-        prefilling, waiting, prefilled, prompt, kv = self.prefilling, self.waiting, self.prefilled, self.prompt, self.kv
+        prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self.prefilled, self.kv
+        prompt, output = self._prompt, self._output
         budget0 = self.budget
         budget = budget0 - n_dec
         chunks: list[tuple[int, int]] = []
@@ -584,12 +588,12 @@ class EngineState:
             take = take if take < budget else budget
             chunks.append((rid, take))
             budget -= take
-        admitted, room, start = self.admitted, self.max_seqs - n_dec - len(prefilling), self.start
+        admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         while waiting and budget > 0 and room > 0 and not kv.swapped:
             rid = waiting[0]
             p = prompt[rid]
-            if kv.too_long(p + self.output[rid], p):
+            if kv.too_long(p + output[rid], p):
                 waiting.popleft()
                 kv.rejected += 1
                 continue
@@ -667,7 +671,7 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
     if chunks:
         n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
     fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
-    done = [rid for rid, _ in chunks if finish[rid] == end] if chunks and client is not None else []
+    done = [r for r, _ in chunks if finish[r] == end] if chunks and client is not None else []
     while fin_heap and fin_heap[0] >> 32 <= diter:
         x = heappop(fin_heap)
         due, rid = x >> 32, x & 0xFFFFFFFF

@@ -160,7 +160,7 @@ def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
 
     monkeypatch.setattr(engine, "EngineState", serving.EngineState)
     monkeypatch.setattr(engine, "serve", serving.serve)
-    monkeypatch.setattr(build, "KVPool", serving.KVPool)
+    monkeypatch.setattr(build, "KVPool", serving.POOL)
     monkeypatch.setattr(serving.EngineState, "admit", lossy)
     with pytest.raises(inv.InvariantError, match="request conservation, sidecar"):
         simulate(sc, 1, check=True)

@@ -105,8 +105,20 @@ def _run_time_general(k, g0, dg, h):
     return m * h + (k - m) * g0 + dg * (k * (k - 1) / 2 - m * (m - 1) / 2)
 
 
+def _guess_general(t, g0, dg, h):
+    """models.batching._guess as first written: in Python integers, floor division, unclamped."""
+    m_all = batching.host_bound_count(10**12, g0, dg, h)
+    if t <= m_all * h:
+        return int(t // h) if h > 0 else 0
+    t2, base = t - m_all * h, g0 + m_all * dg
+    if dg <= 0:
+        return m_all + (int(t2 // base) if base > 0 else 0)
+    bq = base - dg / 2
+    return m_all + max(0, int((-bq + math.sqrt(bq * bq + 2 * dg * t2)) / dg))
+
+
 def _iters_within_general(t, g0, dg, h, kmax):
-    k = min(kmax, max(0, batching._guess(t, g0, dg, h)))
+    k = min(kmax, max(0, _guess_general(t, g0, dg, h)))
     while k < kmax and _run_time_general(k + 1, g0, dg, h) <= t:
         k += 1
     while k > 0 and _run_time_general(k, g0, dg, h) > t:

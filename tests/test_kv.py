@@ -17,7 +17,8 @@ import simpy
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.kv import KVPool, bytes_per_token, pool_blocks
+from wadiloco.models.core import KVPool  # the pool class the running core takes (compiled or pure)
+from wadiloco.models.kv import bytes_per_token, pool_blocks
 from wadiloco.models.latency import LatencyModel
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.build import engine_kv

@@ -113,7 +113,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
     for mod in (mod_a, mod_b):
         monkeypatch.setattr(engine, "EngineState", mod.EngineState)
         monkeypatch.setattr(engine, "serve", mod.serve)
-        monkeypatch.setattr(build, "KVPool", mod.KVPool)
+        monkeypatch.setattr(build, "KVPool", mod.POOL)
         out.append(Fleet(resolve(sc), seed).run())
     a, b = out
     assert a.requests.keys() == b.requests.keys()
