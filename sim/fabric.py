@@ -82,6 +82,10 @@ class Fabric:
         # the jobs on this fabric's links holds while it stays the same (sim.engine Sidecar.speeds)
         self.generation = 0
         self.check = check  # assert capacities on every re-allocation (invariant mode)
+        # The instant its next job completes (its timer fires; inf: none), and whom to tell when that
+        # instant moves: until then nothing on this fabric changes by itself (sim.merge next_work_at).
+        self.next_at = INF
+        self.timer_moved: Callable[[], None] | None = None
 
     def link(self, name: str, capacity: float) -> Link:
         lk = Link(name, capacity)
@@ -236,8 +240,14 @@ class Fabric:
         self.generation += 1
         if nxt < INF:
             gen = self.generation
-            ev = self.env.timeout(max(0.0, nxt - now))
+            delay = max(0.0, nxt - now)
+            self.next_at = now + delay  # (the very float SimPy fires the timer at)
+            ev = self.env.timeout(delay)
             ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+        else:
+            self.next_at = INF
+        if self.timer_moved is not None:
+            self.timer_moved()
 
     def _on_timer(self, gen: int) -> None:
         if gen != self.generation:

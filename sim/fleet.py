@@ -111,6 +111,8 @@ class Fleet:
         self._recorders: list[Recorder] = []  # share(None): the engines' busy periods, as they run
         self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
         self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
+        for f in self.res.fabrics:  # while merge work is on the links, its next completion bounds the engines
+            f.timer_moved = self.merge.timer_moved
         ct = r.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
         self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None

@@ -55,13 +55,24 @@ class MergeExecutor:
         self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
         self._last = sc.merge.phases[-1] if sc.merge.phases else None
         self._running = 0  # phases running now (fragments of a streaming round overlap)
+        self._timeouts: list[float] = []  # instants merge work of a fixed duration ends (host codec passes)
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
 
     def next_work_at(self) -> float:
-        """A lookahead source: -inf while a phase or a background save runs (merge work is on the
-        engines' links now), else +inf (a merge only starts after a decision, which the trainer
-        bounds; a streaming round's next fragment start is bounded by `stream_round`)."""
-        return -INF if self.active or self.ckpt.busy or self._running else self._next_fragment
+        """A lookahead source. While a phase or a background save runs, merge work is on the engines'
+        links, and what it does there changes only when one of its jobs completes (a fabric's timer:
+        the processes waiting for it then start, stop or release jobs at that instant) or a fixed
+        duration ends (`_timeouts`): the earliest of those. Else +inf (a merge only starts after a
+        decision, which the trainer bounds); a streaming round's next fragment start either way."""
+        t = self._next_fragment
+        if self.active or self.ckpt.busy or self._running:
+            t = min(t, self.res.next_timer_at(), *self._timeouts)
+        return t
+
+    def timer_moved(self) -> None:
+        """A fabric's next completion moved (sim.fabric Fabric.timer_moved): the bound may move."""
+        if self.active or self.ckpt.busy or self._running:
+            self.bound_changed()
 
     _next_fragment = INF  # when a streaming round's next fragment starts (stream_round)
 
@@ -143,7 +154,11 @@ class MergeExecutor:
     def _host_codec(self, k: int, seconds: float):
         hr, t0 = self.res.hosts[k], self.env.now
         holds = [_hold(c, self.w.host_ckpt, "codec") for c in hr.cpu_paths()] if self.w.host_ckpt > 0 else []
+        end = t0 + seconds  # (the instant SimPy fires the timeout at)
+        self._timeouts.append(end)
+        self.bound_changed()
         yield self.env.timeout(seconds)
+        self._timeouts.remove(end)
         Fabric.release(holds)
         self.host_work.append(("codec", k, t0, self.env.now))
 

@@ -80,6 +80,17 @@ class Resources:
             for h in range(fc.hosts_per_island)
         ]
         self.net = Network(env, sc, self.hosts, check)
+        links = [lk for hr in self.hosts for lk in hr.links()] + list(self.net.fabric.links.values())
+        self.fabrics = list({id(lk.fabric): lk.fabric for lk in links}.values())
+
+    def next_timer_at(self) -> float:
+        """The next instant any fabric's job completes (its timer fires): before it, no job on any
+        link ends by itself."""
+        t = INF
+        for f in self.fabrics:
+            if f.next_at < t:
+                t = f.next_at
+        return t
 
     def next_preemption_at(self) -> float:
         """A lookahead source (with fleet.host_cores): the next preemption switch on any host."""

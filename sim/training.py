@@ -114,6 +114,7 @@ class Trainer:
         self.island_step = [0] * n_islands
         self.decided = 0
         self.merge_at = -1
+        self._in_merge = False  # its phases run (`_merge`): the islands wait at the barrier
         self.last_merge_step = 0
         self.merges: list[MergeRecord] = []
         self.decisions = 0
@@ -172,10 +173,11 @@ class Trainer:
     def next_decision_at(self) -> float:
         """When the policy is next asked (with a `plan`: next asked and says merge): the first island
         to end step `decided + 1` (the planned step) asks, unless that is past the horizon. -inf
-        while a merge is pending or running, or an island is not stepping (the next decision is
-        then not known)."""
+        while a merge is pending or an island is not stepping (the next decision is then not known);
+        +inf while its phases run (the merge executor bounds them, and `_merge` calls bound_changed
+        as it ends, before the islands step again)."""
         if self.merge_at >= 0:
-            return -INF
+            return INF if self._in_merge else -INF
         if self._streaming:
             return INF  # not asked until the round ends (which calls bound_changed)
         if self.plan is None:
@@ -317,6 +319,7 @@ class Trainer:
     def _merge(self, rec: MergeRecord):
         env = self.env
         rec.start = env.now
+        self._in_merge = True
         for phase in self.phases:
             t0 = env.now
             yield from self.run_phase(phase)
@@ -325,6 +328,7 @@ class Trainer:
         self.merged(rec.step - self.last_merge_step)
         self.last_merge_step = rec.step
         self.merge_at = -1
+        self._in_merge = False
         self.bound_changed()
 
     def _stream_round(self, rec: MergeRecord):

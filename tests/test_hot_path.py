@@ -303,3 +303,49 @@ def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
     for k in a.requests:
         for other in (b, c):
             assert np.array_equal(a.requests[k], other.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
+
+
+# ---- sim/merge.py next_work_at: the lookahead during a merge -------------------------------------------
+
+MERGE_CASES = {
+    "same_host": {},
+    "same_gpu": {"fleet.colocation": "same_gpu"},  # the outer step shares the serving GPU: shared steps
+    "async_ckpt": {"merge.checkpoint_mode": "async"},  # a background write after the merge
+    "host_codec": {"merge.compression": "int8", "merge.compression_on": "host"},  # fixed-duration CPU passes
+    "streaming": {"merge.fragments": 4},  # fragments start at their own instants while islands step
+}
+
+
+@pytest.mark.parametrize("extra", list(MERGE_CASES.values()), ids=list(MERGE_CASES))
+def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, extra):
+    """While merge work is on the links the engines book iterations up to the merge's next job
+    completion or fixed-duration end (MergeExecutor.next_work_at), where they once yielded at every
+    step (the source said -inf): the same requests, timeline and merges, with fewer SimPy events."""
+    from wadiloco.models.config import resolve
+    from wadiloco.sim import merge
+    from wadiloco.sim.fleet import Fleet
+
+    over = {"horizon_s": 120, "drain_s": 10, "merge.h_min": 16, "merge.h_max": 64, "policy.params.H": 40}
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {**over, **extra})
+
+    def run():
+        f = Fleet(resolve(sc), 3, check=True)  # (check: no engine is ever ahead of an observation)
+        res = f.run()
+        return res, next(f.env._eid)
+
+    a, events = run()
+    bounded = merge.MergeExecutor.next_work_at
+
+    def unbounded(self):
+        t = bounded(self)
+        return -math.inf if self.active or self.ckpt.busy or self._running else t
+
+    monkeypatch.setattr(merge.MergeExecutor, "next_work_at", unbounded)
+    b, events_before = run()
+    assert a.summary["merges"] >= 2
+    for k in a.requests:
+        assert np.array_equal(a.requests[k], b.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
+    for k in a.timeline:
+        assert np.array_equal(a.timeline[k], b.timeline[k]), k
+    assert [(m.start, m.end, m.phases) for m in a.merges] == [(m.start, m.end, m.phases) for m in b.merges]
+    assert events < events_before
