@@ -20,10 +20,11 @@ from setuptools import setup
 ROOT = Path(__file__).resolve().parent
 MODELS = ROOT / "models"
 # Every file whose text the compiled core is made of (models/core.py computes the same digest).
-SOURCES = ("batching.py", "batching.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
+SOURCES = ("batching.py", "batching.pxd", "heap.py", "heap.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
 # (compiled module, its source, the imports its copy takes from the compiled modules instead)
 MODULES = (
     ("_batching_c", "batching", ()),
+    ("_heap_c", "heap", ()),
     ("_kv_c", "kv", ()),
     (
         "_serving_c",
@@ -31,6 +32,7 @@ MODULES = (
         (
             ("wadiloco.models.batching import", "wadiloco.models._batching_c import"),
             ("wadiloco.models.kv import", "wadiloco.models._kv_c import"),
+            ("from heapq import", "from wadiloco.models._heap_c import"),  # (models/heap.py)
         ),
     ),
 )

@@ -19,7 +19,8 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("batching.py", "batching.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")  # as setup.py digests them
+# as setup.py digests them
+SOURCES = ("batching.py", "batching.pxd", "heap.py", "heap.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
 PURE_ENV = "WADILOCO_PURE"
 
 

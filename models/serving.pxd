@@ -7,6 +7,7 @@
 import cython
 
 from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
+from wadiloco.models._heap_c cimport heapify, heappop, heappush
 from wadiloco.models._kv_c cimport KVPool, blocks
 
 
@@ -47,12 +48,13 @@ cdef class EngineState:
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
-                   out=cython.longlong, due=cython.longlong, start=cython.bint, prefilled=dict, kv=KVPool,
+                   out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint, prefilled=dict,
+                   kv=KVPool,
                    first_token=cython.double[:], prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
-    @cython.locals(x=cython.longlong, rid=cython.longlong, finish=cython.double[:], prompt=cython.longlong[:],
-                   output=cython.longlong[:])
+    @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
+                   prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)

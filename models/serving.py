@@ -78,7 +78,7 @@ INF = math.inf
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
 # A decoder's key in `fin_heap`: due << 32 | rid (the iteration after which it is done, the request), so
 # the heap holds plain ints and orders them as the tuples (due, rid). The hot loop spells out the
-# shift (32) and the mask (0xFFFFFFFF) so that the compiled core computes them in C.
+# shift (32), and takes rid as x - (due << 32), so that the compiled core computes them in C.
 RIDS = 1 << 32  # requests per engine at most (`_grow` checks); due < 2**31 (`first_tokens` checks)
 
 
@@ -442,9 +442,13 @@ class EngineState:
         """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
         finish. Publishes the new n_dec and sum_ctx."""
         fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
-        while fin_heap and (x := fin_heap[0]) >> 32 <= diter:  # a key: due << 32 | rid
+        while fin_heap:
+            x = fin_heap[0]  # a key: due << 32 | rid
+            due = x >> 32
+            if due > diter:
+                break
             heappop(fin_heap)
-            rid = x & 0xFFFFFFFF
+            rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
             finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
             self.n_finished += 1
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
@@ -674,7 +678,8 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
     done = [r for r, _ in chunks if finish[r] == end] if chunks and client is not None else []
     while fin_heap and fin_heap[0] >> 32 <= diter:
         x = heappop(fin_heap)
-        due, rid = x >> 32, x & 0xFFFFFFFF
+        due = x >> 32
+        rid = x - (due << 32)
         finish[rid] = end
         st.n_finished += 1
         n_dec -= 1

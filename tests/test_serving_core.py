@@ -276,3 +276,47 @@ def test_delay_to_never_ends_a_wait_early():
         a, b = sorted(rnd.uniform(0, 100) for _ in range(2))
         d = delay_to(a, b)
         assert a + d >= b and (a + d == b or a + math.nextafter(d, 0.0) < b)
+
+
+# ---- models/heap.py: the compiled core's finish heap ----------------------------------------------------
+
+
+def _heap_modules():
+    from importlib import import_module
+
+    from wadiloco.models import heap
+
+    mods = [heap]
+    try:
+        mods.append(import_module("wadiloco.models._heap_c"))  # (built by setup.py with the serving core)
+    except ImportError:
+        pass
+    return mods
+
+
+@pytest.mark.parametrize("mod", _heap_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_heap_is_heapq_item_for_item(mod):
+    """The compiled core's heap ops (models/heap.py, CPython's heapq algorithms; compiled, they compare
+    the keys as C integers) leave every list exactly as heapq leaves it and return the same keys, on
+    random pushes, pops and heapifies of keys shaped as the engine's (due << 32 | rid)."""
+    import heapq
+
+    rnd = random.Random(3)
+    ours: list[int] = []
+    theirs: list[int] = []
+    for _ in range(20_000):
+        r = rnd.random()
+        if r < 0.55 or not theirs:
+            x = rnd.randrange(1 << 31) << 32 | rnd.randrange(1 << 32)
+            mod.heappush(ours, x)
+            heapq.heappush(theirs, x)
+        elif r < 0.995:
+            assert mod.heappop(ours) == heapq.heappop(theirs)
+        else:
+            rnd.shuffle(theirs)
+            ours[:] = theirs
+            mod.heapify(ours)
+            heapq.heapify(theirs)
+        assert ours == theirs
+    with pytest.raises(IndexError):
+        mod.heappop([])
