@@ -23,7 +23,7 @@ cdef class EngineState:
     cdef public long long next_i
     cdef public object waiting
     cdef public list prefilling
-    cdef public dict prefilled
+    cdef public object prefilled
     cdef public list fin_heap
     cdef public long long n_dec, sum_ctx, diter, n_finished, contended
     cdef public double now
@@ -35,22 +35,22 @@ cdef class EngineState:
     cdef public bint start
     cdef public object tape
     cdef double[:] _admitted, _first_token, _finish, _t_arr
-    cdef long long[:] _prompt, _output
+    cdef long long[:] _prompt, _output, _prefilled
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
-                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list, prefilled=dict,
-                   admitted=cython.double[:], prompt=cython.longlong[:])
+                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list,
+                   prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:])
     cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
-                   take=cython.longlong, got=cython.longlong, h=cython.double,
-                   prefilled=dict, hit=dict)
+                   take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
+                   prefilled=cython.longlong[:], hit=dict)
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
-                   out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint, prefilled=dict,
-                   kv=KVPool,
-                   first_token=cython.double[:], prompt=cython.longlong[:], output=cython.longlong[:])
+                   out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
+                   prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:], prompt=cython.longlong[:],
+                   output=cython.longlong[:])
     cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
 
     @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
@@ -70,7 +70,7 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, chunks=list,
-                   prefilling=list, prefilled=dict, admitted=cython.double[:], prompt=cython.longlong[:],
+                   prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:],
                    output=cython.longlong[:])
     cpdef tuple admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
@@ -91,7 +91,7 @@ cdef class Steps:
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   t_arr=cython.double[:], kv=KVPool)
+                   t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list)
     cpdef int advance(self) except -1
 
 

@@ -194,7 +194,7 @@ class EngineState:
         + ("tape",)
         # the result arrays again, as the engine writes them, and the input arrays as it reads them (the
         # compiled core's typed views: serving.pxd; `_views`); an input array grows only with its views dropped
-        + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output")
+        + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output", "_prefilled")
     )
 
     def __init__(
@@ -231,12 +231,14 @@ class EngineState:
         self.admitted = np.full(n, NAN)
         self.first_token = np.full(n, NAN)
         self.finish = np.full(n, NAN)
+        # per request, while it is in `prefilling`: its prompt tokens computed so far (else stale); an
+        # array of Python ints, as the dict it replaces held (numpy's int64 would change the pure core's types)
+        self.prefilled = array("q", bytes(8 * n))
         self._views()
         self._grow()  # (the input arrays' views)
         self.next_i = 0  # next arrival not yet pulled into `waiting`
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
-        self.prefilled: dict[int, int] = {}  # prefilling request -> prompt tokens computed so far
         self.fin_heap: list[int] = []  # key(iteration after which it is done, request)
         self.n_dec = 0  # decoding requests
         self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
@@ -297,11 +299,14 @@ class EngineState:
                 new = np.full(cap, NAN)
                 new[: len(old)] = old
                 setattr(self, name, new)
+            # (a new array, never resized in place: the compiled core holds a view of it)
+            self.prefilled = self.prefilled + array("q", bytes(8 * (cap - len(self.prefilled))))
             self._views()
         self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
 
     def _views(self) -> None:
         self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
+        self._prefilled = self.prefilled
 
     def _unview(self) -> None:
         """Drop the typed views of the input arrays before they grow (an array.array with a view on
@@ -353,7 +358,7 @@ class EngineState:
         """The prefill chunks (request, tokens) of the iteration starting at `now`, admitting
         waiting requests as rule 2 allows; the prefill tokens they add up to; and (n_dec, sum_ctx),
         which only `admit_kv` changes."""
-        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self.prefilled, self._prompt
+        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self._prefilled, self._prompt
         budget0 = self.budget
         budget = budget0 - n_dec
         chunks: list[tuple[int, int]] = []
@@ -386,7 +391,7 @@ class EngineState:
         a prompt)."""
         if not chunks:
             return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
-        prefilled, prompt, hit = self.prefilled, self.prompt, self.hit
+        prefilled, prompt, hit = self._prefilled, self.prompt, self.hit
         new = tokens = pf = pairs = 0
         for rid, take in chunks:
             got = prefilled[rid]
@@ -401,7 +406,7 @@ class EngineState:
         """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
         first tokens, new decoders (and requests wanting one output token, finished). Returns
         the new (n_dec, sum_ctx)."""
-        prompt, output, prefilled, first_token = self._prompt, self._output, self.prefilled, self._first_token
+        prompt, output, prefilled, first_token = self._prompt, self._output, self._prefilled, self._first_token
         kv, start = self.kv, self.start
         # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
         # new admissions appended to it), and only the last chunk can fall short of its prompt:
@@ -412,7 +417,6 @@ class EngineState:
             if got < prompt[rid]:
                 prefilled[rid] = got
                 continue
-            del prefilled[rid]
             completed += 1
             if start:
                 self.prefill_done(rid)
@@ -435,7 +439,8 @@ class EngineState:
             if due >> 31:
                 raise OverflowError(f"iteration {due} does not fit a fin_heap key")
             heappush(self.fin_heap, due << 32 | rid)
-        del self.prefilling[:completed]
+        if completed:
+            del self.prefilling[:completed]
         return n_dec, sum_ctx
 
     def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int) -> None:
@@ -546,8 +551,7 @@ class EngineState:
             self.hit.pop(rid, None)
             if self.px is not None:
                 self.px.release(rid)
-        if rid in self.prefilled:
-            del self.prefilled[rid]
+        if rid in self.prefilling:
             self.prefilling.remove(rid)
             kv.used -= blocks(prompt[rid], kv.bs) - shared
         else:
@@ -580,7 +584,7 @@ class EngineState:
         n_dec, sum_ctx = self.make_room(self.diter, n_dec, sum_ctx)
         if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
-        prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self.prefilled, self.kv
+        prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self._prefilled, self.kv
         prompt, output = self._prompt, self._output
         budget0 = self.budget
         budget = budget0 - n_dec
@@ -755,6 +759,7 @@ class Steps:
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
         waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
         gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
+        until = bound.until  # (only SimPy events move it: constant while this runs)
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
         while True:
             if k:  # book the step in hand: k iterations ended at `end` (rule 4)
@@ -775,16 +780,16 @@ class Steps:
                 i += 1
             st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
             if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
-                mark = tape.mark(st, bound.until, gpu_jobs or host_jobs)
+                mark = tape.mark(st, until, gpu_jobs or host_jobs)
                 now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
             if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
                 if i >= n and gate.until == INF:
                     return DONE
                 k, end = 0, now + (span := (t_arr[i] if i < n else gate.until) - now)
-                if tape and (r := tape.idle(st, i, now, end, bound.until, gpu_jobs or host_jobs)) == r:
+                if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
                     i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
                     continue
-                if end >= bound.until:
+                if end >= until:
                     what = IDLE
                     break
                 continue
@@ -814,7 +819,7 @@ class Steps:
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks
                     k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
             end = now + span
-            if end >= bound.until:
+            if end >= until:
                 what = RUN
                 break
         self.k, self.end, self.chunks, self.slowed, self.mark = k, end, chunks, slowed, mark

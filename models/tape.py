@@ -55,7 +55,8 @@ class Snapshot:
         w = st.waiting  # FCFS without preemption: consecutive requests, kept as (first, count)
         self.waiting = (w[0], len(w)) if w and w[-1] - w[0] + 1 == len(w) else array("q", w)
         self.prefilling = array("q", st.prefilling)
-        self.prefilled = array("q", (x for kv in st.prefilled.items() for x in kv))  # rid, tokens, ...
+        pf = st.prefilled
+        self.prefilled = array("q", (x for rid in st.prefilling for x in (rid, pf[rid])))  # rid, tokens, ...
         off = st.diter << 32  # keys due << 32 | rid (models.serving.key), due relative to diter
         self.heap = array("q", (x - off for x in st.fin_heap))
         held = [*st.waiting, *st.prefilling, *(x & 0xFFFFFFFF for x in st.fin_heap)]
@@ -157,9 +158,9 @@ class Replay:
         w = b.waiting
         st.waiting.extend(range(w[0], w[0] + w[1]) if isinstance(w, tuple) else w)
         st.prefilling[:] = b.prefilling
-        st.prefilled.clear()
-        pf = b.prefilled
-        st.prefilled.update(zip(pf[0::2], pf[1::2]))
+        pf, got = b.prefilled, st.prefilled
+        for j in range(0, len(pf), 2):  # (only the requests in prefill have a count)
+            got[pf[j]] = pf[j + 1]
         off = d << 32
         st.fin_heap[:] = [x + off for x in b.heap]  # (a constant added to every key: still a heap)
         # What the baseline booked between the two snapshots (NaN: not yet). A snapshot is taken

@@ -110,7 +110,11 @@ def test_prompt_chunked_across_two_iterations():
     """A 64-token prompt under a 48-token budget: 48 tokens, then 16, then its first token."""
     st = state([0.0], [64], [2], max_num_batched_tokens=48)
     seen = []
-    drive(st, ff=False, each=lambda s, c, d: seen.append((c.t, list(s.prefilling), dict(s.prefilled), s.n_dec)))
+
+    def each(s, c, _d):
+        seen.append((c.t, list(s.prefilling), {r: s.prefilled[r] for r in s.prefilling}, s.n_dec))
+
+    drive(st, ff=False, each=each)
     it1, it2 = max(H, g(48, 0, 1)), max(H, g(16, 0, 1))
     assert seen[0] == (0.0, [0], {0: 0}, 0)  # admitted, first chunk under way
     assert seen[1] == (it1, [0], {0: 48}, 0)  # second chunk under way
