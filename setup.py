@@ -3,11 +3,12 @@
 models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic (plain Python;
 models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
 its own (`wadiloco.models._batching_c`, `_kv_c`, `_serving_c`; the compiled serving imports the
-compiled batching and KV pool) with the digest of the sources it was built from, and compiled. The
-compiled module never shadows the .py: models/core.py imports it only if that digest matches the
-sources beside it, else it warns once and runs the pure modules (an edited serving.py in a
-developer's tree runs as edited). Everything else is in setup.cfg; Cython comes from pyproject.toml's
-[build-system] requires. Without Cython or a C compiler the build still installs the pure modules.
+compiled batching and KV pool, and models/heap.py's `_heap_c` in place of heapq) with the digest
+of the sources it was built from, and compiled. The compiled module never shadows the .py:
+models/core.py imports it only if that digest matches the sources beside it, else it warns once and
+runs the pure modules (an edited serving.py in a developer's tree runs as edited). Everything else is
+in setup.cfg; Cython comes from pyproject.toml's [build-system] requires. Without Cython or a C
+compiler the build still installs the pure modules.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ the tests use to compare the two on arbitrary inputs."""
 
 from __future__ import annotations
 
+import math
+
 import simpy
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep
-from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.engine import Lookahead, Sidecar
 from wadiloco.sim.fabric import Fabric
 
 
@@ -24,8 +26,12 @@ def run_engine(
     step: EngineStep = TODAYS_STEP,
     kv=None,
     prefix=None,
+    lookahead: bool = False,
 ) -> tuple[Sidecar, simpy.Environment]:
-    """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`)."""
+    """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`).
+    `lookahead`: the engine books its steps without a SimPy event each, up to `until` (what a fleet's
+    lookahead bound is for an engine nothing else reads or touches: sim/lookahead.py); else it yields
+    at every step, as with the bound off."""
     env = simpy.Environment()
     gpu = Fabric(env, "bench/gpu0").link("gpu0", 1.0)
     cpu = Fabric(env, "bench/cpu").link("cpu", 1.0)
@@ -45,6 +51,13 @@ def run_engine(
         front=front,
         kv=kv,
         prefix=prefix,
+        lookahead=_bound(math.inf if until is None else until) if lookahead else None,
     )
     env.run(until)
     return sc, env
+
+
+def _bound(until: float) -> Lookahead:
+    la = Lookahead()
+    la.until = until
+    return la

@@ -1,7 +1,7 @@
 """Which serving core runs: the compiled one (setup.py: Cython from models/serving.py, batching.py and
 kv.py) or those pure-Python modules themselves. Import the engine's entry points from here.
 
-The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_kv_c`), so they never shadow the
+The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_heap_c`, `_kv_c`), so they never shadow the
 .py files, and they carry the digest of the sources they were built from. They are used only if it
 matches the sources beside this file: a tree edited since the build runs its pure modules, with one
 warning, and results never depend on whether a binary is stale. $WADILOCO_PURE=1 (or the CLI's and

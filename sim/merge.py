@@ -82,7 +82,7 @@ class MergeExecutor:
         if start is None:
             raise ValueError(phase)
         self.active = True
-        self.bound_changed()  # no bound while merge work is on the links
+        self.bound_changed()  # merge work is on the links: its completions bound the engines (next_work_at)
         pending = [e for e in map(_event, start(frac)) if not e.triggered]
         if pending:
             yield self.env.all_of(pending)
