@@ -33,5 +33,5 @@ cdef class KVPool:
 
     @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=list, p0=cython.longlong, s=cython.longlong,
                    total=cython.longlong, x=cython.longlong, top=cython.longlong, count=cython.longlong,
-                   q=cython.longlong, r=cython.longlong, u=cython.double)
+                   q=cython.longlong, r=cython.longlong, pr=cython.longlong, u=cython.double)
     cpdef grow(self, long long k, long long t0, long long n_dec)

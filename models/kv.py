@@ -137,18 +137,19 @@ class KVPool:
         used = self.used
         if n_dec:
             bs, cnt, p0 = self.bs, self.cnt, t0 % self.bs
-            pref, s, total = [0] * bs, 0, 0  # pref[x]: blocks the first x iterations of a cycle take
-            for x in range(bs):
-                pref[x] = s
-                s += cnt[(p0 + x) % bs]
-            for x in range(bs):  # iterations m = c*bs + x in [1, k] take c*n_dec + pref[x] in all
-                top = (k - x) // bs if k >= x else -1  # the largest c
+            q, r = k // bs, k % bs
+            s = total = pr = 0  # s: pref(x), the blocks the first x iterations of a cycle take
+            for x in range(bs if k >= bs else k + 1):  # (x > k: no iteration m = c*bs + x in [1, k])
+                if x == r:
+                    pr = s
+                # iterations m = c*bs + x in [1, k] take c*n_dec + pref(x) in all
+                top = (k - x) // bs  # the largest c
                 count = top + 1 if x else top
                 if count > 0:
-                    total += n_dec * (top * (top + 1) // 2) + count * pref[x]
-            q, r = k // bs, k % bs
+                    total += n_dec * (top * (top + 1) // 2) + count * s
+                s += cnt[(p0 + x) % bs]
             self.sum_used += k * used + total
-            self.used = used = used + q * n_dec + pref[r]
+            self.used = used = used + q * n_dec + pr
         else:
             self.sum_used += k * used
         self.sum_cap += k * self.cap
