@@ -2,9 +2,9 @@
 
 models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic (plain Python;
 models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
-its own (`wadiloco.models._batching_c`, `_kv_c`, `_serving_c`; the compiled serving imports the
-compiled batching and KV pool, and models/heap.py's `_heap_c` in place of heapq) with the digest
-of the sources it was built from, and compiled. The compiled module never shadows the .py:
+its own (`wadiloco.models._batching_c`, `_kv_c`, `_prefix_c`, `_serving_c`; the compiled serving imports
+the compiled batching, KV pool and prefix cache, and models/heap.py's `_heap_c` in place of heapq) with
+the digest of the sources it was built from, and compiled. The compiled module never shadows the .py:
 models/core.py imports it only if that digest matches the sources beside it, else it warns once and
 runs the pure modules (an edited serving.py in a developer's tree runs as edited). Everything else is
 in setup.cfg; Cython comes from pyproject.toml's [build-system] requires. Without Cython or a C
@@ -21,18 +21,31 @@ from setuptools import setup
 ROOT = Path(__file__).resolve().parent
 MODELS = ROOT / "models"
 # Every file whose text the compiled core is made of (models/core.py computes the same digest).
-SOURCES = ("batching.py", "batching.pxd", "heap.py", "heap.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
+SOURCES = (
+    "batching.py",
+    "batching.pxd",
+    "heap.py",
+    "heap.pxd",
+    "kv.py",
+    "kv.pxd",
+    "prefix.py",
+    "prefix.pxd",
+    "serving.py",
+    "serving.pxd",
+)
 # (compiled module, its source, the imports its copy takes from the compiled modules instead)
 MODULES = (
     ("_batching_c", "batching", ()),
     ("_heap_c", "heap", ()),
     ("_kv_c", "kv", ()),
+    ("_prefix_c", "prefix", ()),
     (
         "_serving_c",
         "serving",
         (
             ("wadiloco.models.batching import", "wadiloco.models._batching_c import"),
             ("wadiloco.models.kv import", "wadiloco.models._kv_c import"),
+            ("wadiloco.models.prefix import", "wadiloco.models._prefix_c import"),
             ("from heapq import", "from wadiloco.models._heap_c import"),  # (models/heap.py)
         ),
     ),

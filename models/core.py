@@ -1,12 +1,13 @@
-"""Which serving core runs: the compiled one (setup.py: Cython from models/serving.py, batching.py and
-kv.py) or those pure-Python modules themselves. Import the engine's entry points from here.
+"""Which serving core runs: the compiled one (setup.py: Cython from models/serving.py, batching.py,
+heap.py, kv.py and prefix.py) or the pure-Python modules themselves. Import the engine's entry points
+from here.
 
-The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_heap_c`, `_kv_c`), so they never shadow the
-.py files, and they carry the digest of the sources they were built from. They are used only if it
-matches the sources beside this file: a tree edited since the build runs its pure modules, with one
-warning, and results never depend on whether a binary is stale. $WADILOCO_PURE=1 (or the CLI's and
-the benchmark's `--pure`, which set it) picks the pure modules. `KIND` says which one runs and why.
-Both give bit-identical results (tests/test_performance.py).
+The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_heap_c`, `_kv_c`,
+`_prefix_c`), so they never shadow the .py files, and they carry the digest of the sources they were
+built from. They are used only if it matches the sources beside this file: a tree edited since the
+build runs its pure modules, with one warning, and results never depend on whether a binary is stale.
+$WADILOCO_PURE=1 (or the CLI's and the benchmark's `--pure`, which set it) picks the pure modules.
+`KIND` says which one runs and why. Both give bit-identical results (tests/test_performance.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 # as setup.py digests them
-SOURCES = ("batching.py", "batching.pxd", "heap.py", "heap.pxd", "kv.py", "kv.pxd", "serving.py", "serving.pxd")
+SOURCES = (
+    "batching.py",
+    "batching.pxd",
+    "heap.py",
+    "heap.pxd",
+    "kv.py",
+    "kv.pxd",
+    "prefix.py",
+    "prefix.pxd",
+    "serving.py",
+    "serving.pxd",
+)
 PURE_ENV = "WADILOCO_PURE"
 
 
@@ -63,3 +75,4 @@ def select() -> tuple[ModuleType, str]:
 serving, KIND = select()
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
 KVPool = serving.POOL  # the block pool class the selected core was built with (models.kv)
+PrefixCache = serving.PrefixCache  # and the prefix cache class (models.prefix)

@@ -79,7 +79,11 @@ class PrefixCache:
                 entries.move_to_end(h)
                 continue
             if len(entries) >= cap:
-                victim = next((e for e in entries if e not in pins), None)
+                victim = None  # the least recently used unpinned entry
+                for e in entries:
+                    if e not in pins:
+                        victim = e
+                        break
                 if victim is None:
                     return
                 del entries[victim]

@@ -14,13 +14,13 @@ from wadiloco.models.batching import EngineStep
 from wadiloco.models.capacity import sidecar_capacity_rps
 from wadiloco.models.clients import BatchLoop
 from wadiloco.models.config import Resolved
-from wadiloco.models.core import KVPool  # compiled with the serving core, or pure (models/core.py)
+from wadiloco.models.core import KVPool, PrefixCache  # compiled with the serving core, or pure (models/core.py)
 from wadiloco.models.cotenant import resolve_profile
 from wadiloco.models.interference import InterferenceWeights
 from wadiloco.models.kv import bytes_per_token, pool_blocks
 from wadiloco.models.latency import LatencyModel, default_latency
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
-from wadiloco.models.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache, shared_prefix_hashes
+from wadiloco.models.prefix import MOONCAKE_BLOCK_TOKENS, shared_prefix_hashes
 from wadiloco.models.profiles import ModelFit, model_fit
 from wadiloco.models.rng import stream
 from wadiloco.models.scenario import Scenario
