@@ -114,6 +114,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
         monkeypatch.setattr(engine, "EngineState", mod.EngineState)
         monkeypatch.setattr(engine, "serve", mod.serve)
         monkeypatch.setattr(build, "KVPool", mod.POOL)
+        monkeypatch.setattr(build, "PrefixCache", mod.PrefixCache)
         out.append(Fleet(resolve(sc), seed).run())
     a, b = out
     assert a.requests.keys() == b.requests.keys()
