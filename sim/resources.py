@@ -80,8 +80,8 @@ class Resources:
             for h in range(fc.hosts_per_island)
         ]
         self.net = Network(env, sc, self.hosts, check)
-        links = [lk for hr in self.hosts for lk in hr.links()] + list(self.net.fabric.links.values())
-        self.fabrics = list({id(lk.fabric): lk.fabric for lk in links}.values())
+        self.links = [lk for hr in self.hosts for lk in hr.links()] + list(self.net.fabric.links.values())
+        self.fabrics = list({id(lk.fabric): lk.fabric for lk in self.links}.values())
 
     def next_timer_at(self) -> float:
         """The next instant any fabric's job completes (its timer fires): before it, no job on any
@@ -98,5 +98,4 @@ class Resources:
 
     def peak_load(self) -> float:
         """The largest allocated rate over capacity any link has seen (at most 1: an invariant)."""
-        links = list(self.net.fabric.links.values()) + [lk for hr in self.hosts for lk in hr.links()]
-        return max((lk.peak_load for lk in links), default=0.0)
+        return max((lk.peak_load for lk in self.links), default=0.0)
