@@ -183,7 +183,7 @@ def test_setup_and_loader_digest_the_same_sources():
     imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     keep = [n for n in imports if getattr(n, "module", None) != "setuptools"]
     keep += [n for n in tree.body if getattr(n, "name", None) == "source_digest"]
-    keep += [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "SOURCES"]
+    keep += [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id in ("MODULES", "SOURCES")]
     ns: dict = {}
     exec(compile(ast.Module(keep, []), "setup.py", "exec"), ns)
     assert ns["SOURCES"] == core.SOURCES
