@@ -62,7 +62,7 @@ def event_mark(env):
 def use_core(mod) -> None:
     """Run the engines on serving module `mod` (models.core.serving, or the pure models.serving)."""
     sim_engine.EngineState, sim_engine.serve, sim_build.KVPool = mod.EngineState, mod.serve, mod.POOL
-    sim_build.PrefixCache = mod.PrefixCache
+    sim_build.PrefixCache = mod.CACHE
 
 
 def time_fleet(sc: Scenario, seed: int, mod=None) -> dict:

@@ -75,4 +75,4 @@ def select() -> tuple[ModuleType, str]:
 serving, KIND = select()
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
 KVPool = serving.POOL  # the block pool class the selected core was built with (models.kv)
-PrefixCache = serving.PrefixCache  # and the prefix cache class (models.prefix)
+PrefixCache = serving.CACHE  # and the prefix cache class (models.prefix)

@@ -99,5 +99,5 @@ def check_kv(sidecar: int, st) -> None:
         )
     if not shared.keys() <= kv.running.keys():
         raise InvariantError(f"KV conservation, sidecar {sidecar}: shared blocks of requests not running")
-    if cnt != kv.cnt or len(kv.running) != len(st.prefilling) + len(st.fin_heap):
-        raise InvariantError(f"KV conservation, sidecar {sidecar}: the decoders' block phases {cnt} != {kv.cnt}")
+    if cnt != list(kv.cnt) or len(kv.running) != len(st.prefilling) + len(st.fin_heap):
+        raise InvariantError(f"KV conservation, sidecar {sidecar}: the decoders' block phases {cnt} != {list(kv.cnt)}")

@@ -12,7 +12,8 @@ cpdef long long blocks(long long tokens, long long bs) except? -1
 cdef class KVPool:
     cdef public long long bs, pool, reserved, cap, wm, used, preemptions, rejected, sum_used, sum_cap, need_now
     cdef public long long hold, copy, copied
-    cdef public list cnt
+    cdef public object cnt
+    cdef long long[:] _cnt
     cdef public dict running, orig, shared, swapped
     cdef public bint swap, holding, held
     cdef public double peak
@@ -21,17 +22,17 @@ cdef class KVPool:
 
     cpdef bint too_long(self, long long total, long long prompt) except -1
 
-    @cython.locals(x=cython.longlong, s=cython.longlong, cnt=list, bs=cython.longlong)
+    @cython.locals(x=cython.longlong, s=cython.longlong, cnt=cython.longlong[:], bs=cython.longlong)
     cpdef long long _partial(self, long long p0, long long j) except? -1
 
     @cython.locals(q=cython.longlong, r=cython.longlong)
     cpdef long long need(self, long long m, long long t0, long long n_dec) except? -1
 
-    @cython.locals(free=cython.longlong, bs=cython.longlong, cnt=list, q=cython.longlong, r=cython.longlong,
+    @cython.locals(free=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], q=cython.longlong, r=cython.longlong,
                    p0=cython.longlong, j=cython.longlong, s=cython.longlong)
     cpdef long long safe_iters(self, long long t0, long long n_dec) except? -1
 
-    @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=list, p0=cython.longlong, s=cython.longlong,
+    @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], p0=cython.longlong, s=cython.longlong,
                    total=cython.longlong, x=cython.longlong, top=cython.longlong, count=cython.longlong,
                    q=cython.longlong, r=cython.longlong, pr=cython.longlong, u=cython.double)
     cpdef grow(self, long long k, long long t0, long long n_dec)

@@ -18,6 +18,9 @@ kept incrementally here and recounted from the engine's requests by the check.
 from __future__ import annotations
 
 import math
+from array import array
+
+import numpy as np
 
 
 def bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
@@ -42,6 +45,16 @@ def blocks(tokens: int, bs: int) -> int:
     return -(-tokens // bs)
 
 
+def never_rejects(kv, prompt, output) -> bool:
+    """Whether pool `kv` can admit every request of these lengths (`KVPool.too_long` is never true),
+    even one recomputed after a preemption, whose prompt is then its context so far (at most
+    prompt + output - 1 tokens)."""
+    if not len(prompt):
+        return True
+    last = np.asarray(prompt, dtype=np.int64) + np.asarray(output, dtype=np.int64) - 1
+    return int(-(-last.max() // kv.bs)) + kv.wm <= kv.pool - kv.reserved - kv.hold
+
+
 class KVPool:
     """One engine's block pool. `cap` = pool - reserved (merge buffers and a prefix cache holding GPU
     memory); `used` counts the blocks held by running requests (less those a prefix cache holds for
@@ -50,7 +63,8 @@ class KVPool:
     and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage), `copied`
     (blocks swapped out and in, with `swap`)."""
 
-    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "used", "running", "seq_done", "orig", "shared") + (
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "running", "seq_done", "orig") + (
+        "shared",
         "swap",
         "swapped",
         "hold",
@@ -74,7 +88,8 @@ class KVPool:
         if self.cap < 1:
             raise ValueError(f"merge buffers ({reserved} blocks) leave no KV block of the pool's {pool}")
         self.wm = math.floor(watermark * pool)  # vLLM V0: watermark_blocks = watermark x num_gpu_blocks
-        self.cnt = [0] * block_size  # decoders by phase
+        self.cnt = array("q", bytes(8 * block_size))  # decoders by phase
+        self._cnt = self.cnt  # (the compiled pool's typed view of it: kv.pxd)
         self.used = 0
         self.running: dict[int, None] = {}  # running requests in (re)admission order (preemption picks the last)
         self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
@@ -108,7 +123,7 @@ class KVPool:
         return blocks(total - 1, bs) > cap or blocks(prompt, bs) + self.wm > cap
 
     def _partial(self, p0: int, j: int) -> int:
-        cnt, bs, s = self.cnt, self.bs, 0
+        cnt, bs, s = self._cnt, self.bs, 0
         for x in range(j):
             s += cnt[(p0 + x) % bs]
         return s
@@ -121,7 +136,7 @@ class KVPool:
     def safe_iters(self, t0: int, n_dec: int) -> int:
         """The most iterations from t0 whose blocks fit in the free ones (the first always does:
         the engine made room for it)."""
-        free, bs, cnt = self.cap - self.used, self.bs, self.cnt
+        free, bs, cnt = self.cap - self.used, self.bs, self._cnt
         q, r = free // n_dec, free % n_dec  # (not divmod: the compiled pool computes these in C)
         p0, j, s = t0 % bs, 0, 0
         while j < bs:
@@ -136,7 +151,7 @@ class KVPool:
         iteration-weighted sum of used blocks, each iteration counting its own allocations."""
         used = self.used
         if n_dec:
-            bs, cnt, p0 = self.bs, self.cnt, t0 % self.bs
+            bs, cnt, p0 = self.bs, self._cnt, t0 % self.bs
             q, r = k // bs, k % bs
             s = total = pr = 0  # s: pref(x), the blocks the first x iterations of a cycle take
             for x in range(bs if k >= bs else k + 1):  # (x > k: no iteration m = c*bs + x in [1, k])

@@ -9,6 +9,7 @@ import cython
 from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
 from wadiloco.models._heap_c cimport heapify, heappop, heappush
 from wadiloco.models._kv_c cimport KVPool, blocks
+from wadiloco.models._prefix_c cimport PrefixCache
 
 
 cpdef double delay_to(double now, double t) except? -1.0
@@ -30,16 +31,19 @@ cdef class EngineState:
     cdef public object log, client, tag, gate
     cdef public KVPool kv
     cdef public bint slow
-    cdef public object cached, px, hashes
+    cdef public object cached, hashes
+    cdef public PrefixCache px
     cdef public dict hit
     cdef public bint start
     cdef public object tape
+    cdef public list requeued, resumed
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
-                   room=cython.longlong, got=cython.longlong, chunks=list, prefilling=list,
-                   prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:])
+                   room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
+                   chunks=list, prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:],
+                   prompt=cython.longlong[:])
     cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
@@ -51,25 +55,38 @@ cdef class EngineState:
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
                    prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:], prompt=cython.longlong[:],
                    output=cython.longlong[:])
-    cpdef tuple first_tokens(self, list chunks, double end, long long diter, long long n_dec, long long sum_ctx)
+    cpdef (long long, long long) first_tokens(self, list chunks, double end, long long diter, long long n_dec,
+                                              long long sum_ctx)
 
     @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
-                   prompt=cython.longlong[:], output=cython.longlong[:])
-    cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx)
+                   prompt=cython.longlong[:], output=cython.longlong[:], kv=KVPool, px=PrefixCache)
+    cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx, list done)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
 
+    # cached prompt tokens (a prefix cache: models.prefix): at every admission and prefill
+    @cython.locals(p=cython.longlong, given=cython.longlong, px=PrefixCache, k=cython.longlong, kv=KVPool,
+                   own=cython.longlong, tok=cython.longlong)
+    cpdef (long long, long long, long long) skip(self, long long rid)
+
+    @cython.locals(px=PrefixCache, kv=KVPool)
+    cpdef long long take_cached(self, long long rid, bint first, long long got, long long k, long long tok) except? -1
+
+    @cython.locals(px=PrefixCache)
+    cpdef prefill_done(self, long long rid)
+
     # with a KV pool (models.kv): every step books its blocks
     @cython.locals(kv=KVPool, total=cython.longlong, prompt=cython.longlong[:], output=cython.longlong[:])
-    cpdef release(self, long long rid, object due)
+    cpdef release(self, long long rid, long long due)
 
     @cython.locals(kv=KVPool, need=cython.longlong)
-    cpdef tuple make_room(self, long long t, long long n_dec, long long sum_ctx)
+    cpdef (long long, long long) make_room(self, long long t, long long n_dec, long long sum_ctx)
 
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, chunks=list,
+                   hit=cython.longlong, tok=cython.longlong,
                    prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:],
                    output=cython.longlong[:])
     cpdef tuple admit_kv(self, double now, long long n_dec, long long sum_ctx)
@@ -95,8 +112,7 @@ cdef class Steps:
     cpdef int advance(self) except -1
 
 
-# a step of an engine with a KV pool or a client (a client may grow the input arrays: no views of them here)
-@cython.locals(kv=KVPool, x=cython.longlong, due=cython.longlong, rid=cython.longlong, fin_heap=list,
-               finish=cython.double[:])
-cpdef tuple _book_slow(EngineState st, long long k, list chunks, double now, double end, long long diter,
-                       long long n_dec, long long sum_ctx)
+# a step of an engine with a KV pool, a prefix cache, a log or a client (which may grow the input arrays: no views)
+@cython.locals(kv=KVPool, finish=object, done=list)
+cpdef _book_slow(EngineState st, long long k, list chunks, double now, double end, long long diter,
+                 long long n_dec, long long sum_ctx)

@@ -73,6 +73,7 @@ from wadiloco.models.kv import KVPool, blocks
 from wadiloco.models.prefix import PrefixCache
 
 POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
+CACHE = PrefixCache  # and the prefix cache class (the same)
 NAN = math.nan
 INF = math.inf
 FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
@@ -192,6 +193,10 @@ class EngineState:
         + ("cached", "px", "hashes", "hit", "start")
         # busy periods recorded or replayed at idle instants (models.tape; None: neither)
         + ("tape",)
+        # when running requests went back to the queue (preempted) and came back (re-admitted, swapped
+        # in), in engine time: with the request times they give the queue and batch sizes at any
+        # instant (sim.monitor's lazy samples)
+        + ("requeued", "resumed")
         # the result arrays again, as the engine writes them, and the input arrays as it reads them (the
         # compiled core's typed views: serving.pxd; `_views`); an input array grows only with its views dropped
         + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output", "_prefilled")
@@ -260,6 +265,8 @@ class EngineState:
         self.start = prefix is not None or bool(c.any())
         del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
         self.tape = None
+        self.requeued: list[float] = []
+        self.resumed: list[float] = []
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -374,7 +381,11 @@ class EngineState:
             rid = waiting.popleft()
             admitted[rid] = now
             prefilling.append(rid)
-            got = self.take_cached(rid, True, *self.skip(rid)) if start else 0
+            if start:
+                got, hit, tok = self.skip(rid)
+                self.take_cached(rid, True, got, hit, tok)
+            else:
+                got = 0
             prefilled[rid] = got
             take = prompt[rid] - got
             take = take if take < budget else budget
@@ -420,20 +431,22 @@ class EngineState:
             completed += 1
             if start:
                 self.prefill_done(rid)
-            if kv is None or rid not in kv.orig:  # (a request recomputed after preemption has its first token)
+            if (
+                kv is None or not kv.orig or rid not in kv.orig
+            ):  # (a request recomputed after preemption has its first token)
                 first_token[rid] = end
             out = output[rid]
             if out <= 1:
                 self._finish[rid] = end
                 self.n_finished += 1
                 if kv is not None:
-                    self.release(rid, None)
+                    self.release(rid, -1)
                 elif self.px is not None:
                     self.px.release(rid)
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
-                kv.cnt[(diter - prompt[rid]) % kv.bs] += 1
+                kv._cnt[(diter - prompt[rid]) % kv.bs] += 1
             sum_ctx += prompt[rid] + 1
             due = diter + out - 1
             if due >> 31:
@@ -443,10 +456,12 @@ class EngineState:
             del self.prefilling[:completed]
         return n_dec, sum_ctx
 
-    def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int) -> None:
+    def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int, done: list[int] | None) -> None:
         """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
-        finish. Publishes the new n_dec and sum_ctx."""
+        finish, their KV blocks and prefix cache entries go back, and a client's list `done` (None:
+        no client) hears of them. Publishes the new n_dec and sum_ctx."""
         fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
+        kv, px = self.kv, self.px
         while fin_heap:
             x = fin_heap[0]  # a key: due << 32 | rid
             due = x >> 32
@@ -456,6 +471,12 @@ class EngineState:
             rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
             finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
             self.n_finished += 1
+            if kv is not None:
+                self.release(rid, due)
+            elif px is not None:
+                px.release(rid)
+            if done is not None:
+                done.append(rid)
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
 
     # -- cached prompt tokens (given, or the prefix cache's: models.prefix) ---------------------------
@@ -464,7 +485,7 @@ class EngineState:
         it hits, the prompt tokens those hold). A hit covers at most the request's own prompt (a
         recomputed one's hashes cover its original prompt) less one token, whose logits vLLM
         recomputes; the given count may cover the whole prompt."""
-        p, given, px = self.prompt[rid], self.cached[rid], self.px
+        p, given, px = self._prompt[rid], self.cached[rid], self.px
         hs = self.hashes[rid] if px is not None and self.hashes is not None else None
         if not hs:
             return given, 0, 0
@@ -472,7 +493,7 @@ class EngineState:
         if not k:
             return given, 0, 0
         kv = self.kv
-        o = kv.orig.get(rid) if kv is not None else None
+        o = kv.orig.get(rid) if kv is not None and kv.orig else None
         own = o[0] if o is not None else p
         tok = min(k * px.block_tokens, own, p - 1)
         return (given if given > tok else tok), k, tok
@@ -487,7 +508,7 @@ class EngineState:
                 px.acquire(rid, self.hashes[rid], k)
             if first:
                 px.hit_tokens += tok
-                px.prompt_tokens += self.prompt[rid]
+                px.prompt_tokens += self._prompt[rid]
             kv = self.kv
             if kv is not None and tok >= kv.bs:
                 kv.shared[rid] = tok // kv.bs
@@ -505,18 +526,19 @@ class EngineState:
                 px.insert(hs)
 
     # -- KV-cache blocks (models.kv; only with a pool) -------------------------------------------
-    def release(self, rid: int, due: int | None) -> None:
+    def release(self, rid: int, due: int) -> None:
         """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
-        context prompt + output - 1), and a recomputed request has its own lengths again."""
+        context prompt + output - 1; -1: one done at its first token), and a recomputed request has
+        its own lengths again."""
         kv, prompt, output = self.kv, self._prompt, self._output
         total = prompt[rid] + output[rid]
-        if due is not None:
-            kv.cnt[(due + 1 - total) % kv.bs] -= 1
+        if due >= 0:
+            kv._cnt[(due + 1 - total) % kv.bs] -= 1
         kv.used -= blocks(total - 1, kv.bs) - (kv.shared.pop(rid, 0) if kv.shared else 0)
         if self.px is not None:
             self.px.release(rid)
         del kv.running[rid]
-        o = kv.orig.pop(rid, None)
+        o = kv.orig.pop(rid, None) if kv.orig else None
         if o is not None:
             prompt[rid], output[rid] = o
 
@@ -525,7 +547,7 @@ class EngineState:
         do not fit (or merge buffers took blocks back), preempt the most recently admitted running
         request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
         kv = self.kv
-        need = kv.cnt[t % kv.bs] if n_dec else 0
+        need = kv._cnt[t % kv.bs] if n_dec else 0
         if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.kv apply_hold)
             kv.apply_hold()
         while kv.used + need > kv.cap and kv.running:
@@ -545,6 +567,7 @@ class EngineState:
         kv, prompt, output = self.kv, self.prompt, self.output
         del kv.running[rid]
         kv.preemptions += 1
+        self.requeued.append(self.now)
         shared = kv.shared.pop(rid, 0) if kv.shared else 0  # blocks the prefix cache holds for it
         if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
             self.cached[rid] = 0
@@ -578,10 +601,9 @@ class EngineState:
         return n_dec, sum_ctx, need
 
     def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[list[tuple[int, int]], int, int, int]:
-        """`admit` with a block pool: first make room for the decoders' blocks (`make_room`), then
-        admit FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`);
-        a request too long ever to fit is rejected."""
-        n_dec, sum_ctx = self.make_room(self.diter, n_dec, sum_ctx)
+        """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
+        FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
+        too long ever to fit is rejected."""
         if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
         prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self._prefilled, self.kv
@@ -606,9 +628,10 @@ class EngineState:
                 kv.rejected += 1
                 continue
             if start:  # the prefix cache's blocks it uses are held once, by the cache
-                skip = self.skip(rid)
-                nb = blocks(p, kv.bs) - skip[2] // kv.bs
+                got, hit, tok = self.skip(rid)
+                nb = blocks(p, kv.bs) - tok // kv.bs
             else:
+                got = hit = tok = 0
                 nb = blocks(p, kv.bs)
             if nb > free:
                 break
@@ -619,8 +642,11 @@ class EngineState:
             first = admitted[rid] != admitted[rid]  # NaN: first admission (a recomputed request keeps its own)
             if first:
                 admitted[rid] = now
+            else:
+                self.resumed.append(now)
             prefilling.append(rid)
-            got = self.take_cached(rid, first, *skip) if start else 0
+            if start:
+                self.take_cached(rid, first, got, hit, tok)
             prefilled[rid] = got
             take = p - got
             take = take if take < budget else budget
@@ -645,6 +671,7 @@ class EngineState:
             if kv.used + kv.need_now + nb + cross + keep > kv.cap:
                 break
             del sw[rid]
+            self.resumed.append(self.now)
             kv.used += nb
             kv.need_now += cross
             kv.cnt[phase] += 1
@@ -668,9 +695,10 @@ class EngineState:
 
 def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: int, n_dec: int, sum_ctx: int):
     """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
-    pool (which books the iterations' blocks and takes back a finished request's) or a client (which
-    hears of every request finished at `end`, also one-token requests finished by `first_tokens`,
-    and may submit new ones: `add`, which may grow the arrays). Returns the new (n_dec, sum_ctx)."""
+    pool (which books the iterations' blocks and takes back a finished request's), a log or a client
+    (which hears of every request finished at `end`, also one-token requests finished by
+    `first_tokens`, and may submit new ones: `add`, which may grow the arrays). Publishes n_dec and
+    sum_ctx."""
     kv, client = st.kv, st.client
     if st.log is not None:
         st.log.append((now, end))
@@ -678,24 +706,14 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         kv.grow(k, diter - k, n_dec)
     if chunks:
         n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
-    fin_heap, finish, prompt, output = st.fin_heap, st.finish, st.prompt, st.output
-    done = [r for r, _ in chunks if finish[r] == end] if chunks and client is not None else []
-    while fin_heap and fin_heap[0] >> 32 <= diter:
-        x = heappop(fin_heap)
-        due = x >> 32
-        rid = x - (due << 32)
-        finish[rid] = end
-        st.n_finished += 1
-        n_dec -= 1
-        sum_ctx -= prompt[rid] + output[rid]
-        if kv is not None:
-            st.release(rid, due)
-        elif st.px is not None:
-            st.px.release(rid)
-        done.append(rid)
-    if done and client is not None:
-        st.client.finished(st, done, end)
-    return n_dec, sum_ctx
+    if client is None:
+        st.finish_due(end, diter, n_dec, sum_ctx, None)
+        return
+    finish = st.finish
+    done = [r for r, _ in chunks if finish[r] == end] if chunks else []
+    st.finish_due(end, diter, n_dec, sum_ctx, done)
+    if done:
+        client.finished(st, done, end)
 
 
 def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
@@ -764,15 +782,15 @@ class Steps:
         while True:
             if k:  # book the step in hand: k iterations ended at `end` (rule 4)
                 diter, sum_ctx = diter + k, sum_ctx + n_dec * k
-                if slowed:
-                    st.contended += k
-                if slow:  # a KV pool or a client books it (and leaves nothing here to pop)
+                st.contended += k if slowed else 0
+                if slow:  # a KV pool, a prefix cache, a log or a client books it
                     t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
-                    n_dec, sum_ctx = _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
+                    _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
                     n, t_arr = st.n, st._t_arr
-                elif chunks:
-                    n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
-                st.finish_due(end, diter, n_dec, sum_ctx)
+                else:
+                    if chunks:
+                        n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
+                    st.finish_due(end, diter, n_dec, sum_ctx, None)
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx
             now = end
             while i < n and t_arr[i] <= now:  # rule 1
@@ -793,10 +811,10 @@ class Steps:
                     what = IDLE
                     break
                 continue
-            if prefilling or waiting or kv is not None:  # rules 2 and 3 (a KV pool may preempt: admit_kv)
-                chunks, pf, n_dec, sum_ctx = (
-                    st.admit(now, n_dec, sum_ctx) if kv is None else st.admit_kv(now, n_dec, sum_ctx)
-                )
+            if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
+                n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
+            if prefilling or waiting or kv is not None and kv.swapped:  # rules 2 and 3
+                chunks, pf, n_dec, sum_ctx = st.admit_kv(now, n_dec, sum_ctx) if kv else st.admit(now, n_dec, sum_ctx)
                 g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
             else:
                 chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly

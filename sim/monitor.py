@@ -25,6 +25,7 @@ import numpy as np
 from wadiloco.models import invariants as inv
 from wadiloco.models import serving as pure_serving
 from wadiloco.models.core import NO_GATE
+from wadiloco.models.kv import never_rejects
 from wadiloco.models.policies.base import LearnerSignals, Observation
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.training import ProgressModel
@@ -52,11 +53,17 @@ def _utilisation(rows: list[list]) -> float:
 
 def lazy_ok(sidecars: list[Sidecar]) -> bool:
     """Whether the engines' queue and batch sizes can be read back from their request times: each
-    request admitted once, FCFS, and never rejected (no KV pool, no prefix cache), from arrivals fixed in advance
-    (no closed loop, no router; a router's engines also report their arrivals differently)."""
+    request first admitted FCFS and never rejected (a KV pool that can admit every request:
+    models.kv.never_rejects; its preemptions and re-admissions are logged, `requeued` and
+    `resumed`), from arrivals fixed in advance (no closed loop, no router; a router's engines also
+    report their arrivals differently). Not with swap preemption: a swap copy starts at the
+    simulator's clock, which can lie an ulp past the engine's (serving.delay_to) depending on where
+    the engine last waited, and eager samples make it wait at every one."""
     no_gate = (NO_GATE, pure_serving.NO_GATE)  # (the compiled core's and the pure one's: benchmarks run both)
     return all(
-        s.client is None and s.core.kv is None and s.core.px is None and any(s.core.gate is g for g in no_gate)
+        s.client is None
+        and any(s.core.gate is g for g in no_gate)
+        and (s.core.kv is None or not s.core.kv.swap and never_rejects(s.core.kv, s.core.prompt, s.core.output))
         for s in sidecars
     )
 
@@ -195,9 +202,10 @@ class Monitor:
                     fin += 1
                 done = fin + int(np.count_nonzero(finish[fin:adm] <= t)) if fin < adm else fin
                 cur[k] = (seen2, adm, fin)
+                out = bisect_right(c.requeued, t) - bisect_right(c.resumed, t) if c.requeued else 0  # preempted
                 arrived += seen2 - seen
-                queue += seen2 - adm
-                running += adm - done
+                queue += seen2 - adm + out
+                running += adm - done - out
             arr_(arrived)
             queue_(queue)
             running_(running)
@@ -220,9 +228,10 @@ class Monitor:
             adm = np.searchsorted(c.admitted[:n], ts, "right")
             fin = c.finish[:n]
             done = np.searchsorted(np.sort(fin), ts, "right")
+            out = np.searchsorted(c.requeued, ts, "right") - np.searchsorted(c.resumed, ts, "right")  # preempted
             arrived += np.diff(seen, prepend=cur[k][0])
-            queue += seen - adm
-            running += adm - done
+            queue += seen - adm + out
+            running += adm - done - out
             a_last, t_last = int(adm[-1]), ts[-1]
             pending = np.flatnonzero(~(fin[:a_last] <= t_last))
             cur[k] = (int(seen[-1]), a_last, int(pending[0]) if len(pending) else a_last)

@@ -25,7 +25,7 @@ import wadiloco.models.serving as pure
 import wadiloco.sim.build as build
 import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
-from wadiloco.benchmarks.bursty import event_mark, processed_events
+from wadiloco.benchmarks.bursty import KV, event_mark, processed_events
 from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
@@ -51,7 +51,12 @@ def _run(name: str, overrides: dict, lazy: bool, monkeypatch):
         ("bursty", {"policy": {"name": "pressure_gated", "params": {"H": 24, "threshold": 0.3}}, **CORRIDOR}),
         ("azure_conv", {"policy": {"name": "wa_diloco", "params": {}}, **CORRIDOR}),
         ("normal", {"engine.step": "sequential", "engine.fast_forward": False, "monitor.sample_s": 0.5}),
+        # a KV pool that preempts, and one with a prefix cache: the lazy rows read the
+        # engines' logs of requests sent back to the queue and re-admitted
+        ("bursty", {"engine.kv_blocks": 1500, "policy": {"name": "fixed", "params": {"H": 24}}, **CORRIDOR}),
+        ("bursty", {**KV, "engine.kv_blocks": 2000, "policy": {"name": "wa_diloco", "params": {}}, **CORRIDOR}),
     ],
+    ids=["bursty", "azure_conv", "normal", "bursty-kv", "bursty-kv-prefix"],
 )
 def test_lazy_monitor_matches_eager(name, overrides, monkeypatch):
     f_lazy, lazy, ev_lazy = _run(name, overrides, True, monkeypatch)
@@ -66,19 +71,23 @@ def test_lazy_monitor_matches_eager(name, overrides, monkeypatch):
     for k in eager.requests:
         assert np.array_equal(lazy.requests[k], eager.requests[k], equal_nan=True), k
     assert ev_lazy < ev_eager  # the engines no longer stop at every sample
+    if "engine.kv_blocks" in overrides:
+        assert eager.summary["preemptions"] > 0
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"engine.kv_blocks": 4000},
+        {"engine.kv_blocks": 120},  # (16-token blocks: some requests can never fit)
+        {"engine.kv_blocks": 4000, "engine.preemption": "swap"},
         {"router.name": "least_outstanding"},
         {"workload": {"kind": "closed_loop", "concurrency": {"kind": "steady", "c": 4}}},
     ],
 )
 def test_lazy_monitor_only_where_exact(overrides):
-    """Preemption (a request admitted twice), a router (arrivals handed over as they come) and a
-    closed loop (requests created as others finish) keep the eager samples."""
+    """A pool that may reject a request (never admitted: not in the FCFS admission times), swap
+    preemption (monitor.lazy_ok), a router (arrivals handed over as they come) and a closed loop
+    (requests created as others finish) keep the eager samples."""
     sc = load_scenario(ROOT / "scenarios" / "bursty.yaml")
     sc = with_overrides(sc, {"horizon_s": 5.0, **overrides})
     assert not Fleet(resolve(sc), 0).monitor.lazy
@@ -114,7 +123,7 @@ def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
         monkeypatch.setattr(engine, "EngineState", mod.EngineState)
         monkeypatch.setattr(engine, "serve", mod.serve)
         monkeypatch.setattr(build, "KVPool", mod.POOL)
-        monkeypatch.setattr(build, "PrefixCache", mod.PrefixCache)
+        monkeypatch.setattr(build, "PrefixCache", mod.CACHE)
         out.append(Fleet(resolve(sc), seed).run())
     a, b = out
     assert a.requests.keys() == b.requests.keys()

@@ -17,9 +17,9 @@ import simpy
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.models import invariants as inv
 from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.core import KVPool  # the pool class the running core takes (compiled or pure)
+from wadiloco.models.core import KVPool, PrefixCache  # the classes the running core takes (compiled or pure)
 from wadiloco.models.latency import LatencyModel
-from wadiloco.models.prefix import PrefixCache, shared_prefix_hashes
+from wadiloco.models.prefix import shared_prefix_hashes
 from wadiloco.models.rng import stream
 from wadiloco.models.traces import load_trace
 from wadiloco.models.workloads import Arrivals
