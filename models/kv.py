@@ -150,7 +150,10 @@ class KVPool:
         """Book the blocks of k iterations from t0 (they fit: `safe_iters`) and their usage: the
         iteration-weighted sum of used blocks, each iteration counting its own allocations."""
         used = self.used
-        if n_dec:
+        if n_dec and k == 1:  # (the loop below for one iteration: its blocks, then its usage)
+            self.used = used = used + self._cnt[t0 % self.bs]
+            self.sum_used += used
+        elif n_dec:
             bs, cnt, p0 = self.bs, self._cnt, t0 % self.bs
             q, r = k // bs, k % bs
             s = total = pr = 0  # s: pref(x), the blocks the first x iterations of a cycle take

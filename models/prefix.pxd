@@ -1,33 +1,54 @@
 # C types for models/prefix.py when setup.py compiles it (Cython, pure-Python mode): with a prefix cache an
 # engine asks it at every admission and tells it at every prefill and finish (models/serving.py), so its
-# LRU list is C arrays (typed views of the array('q') fields) and its loops C loops; the hash -> slot
-# map stays a dict, and the hashes Python ints (a trace's may be any whole number).
+# LRU list and hash table are C arrays (typed views of the array('q') fields) and its loops C loops.
+# Hashes are 64-bit; the table's hash is unsigned 64-bit arithmetic, which wraps as the .py's masks do.
 import cython
+
+cdef unsigned long long M64, GOLDEN
 
 
 cdef class PrefixCache:
-    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size
-    cdef public dict where, mine
-    cdef public list key
-    cdef public object pin, prv, nxt
-    cdef long long[:] _pin, _prv, _nxt
+    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits
+    cdef public dict mine
+    cdef public object key, pin, prv, nxt, tab
+    cdef long long[:] _key, _pin, _prv, _nxt, _tab
 
-    @cython.locals(k=cython.longlong, where=dict)
+    cdef _slots(self, long long n)
+
+    @cython.locals(nxt=cython.longlong[:], s=cython.longlong)
+    cdef _table(self, long long bits)
+
+    @cython.locals(want=cython.longlong, bits=cython.longlong)
+    cdef _room(self, long long m)
+
+    cdef inline unsigned long long _home(self, long long h) noexcept
+
+    @cython.locals(tab=cython.longlong[:], key=cython.longlong[:], mask=cython.longlong, j=cython.longlong,
+                   s=cython.longlong)
+    cdef long long _find(self, long long h) except -1
+
+    @cython.locals(tab=cython.longlong[:], mask=cython.longlong, j=cython.longlong)
+    cdef void _put(self, long long h, long long s) except *
+
+    @cython.locals(tab=cython.longlong[:], key=cython.longlong[:], mask=cython.longlong, i=cython.longlong,
+                   j=cython.longlong, s=cython.longlong, home=cython.longlong)
+    cdef void _drop(self, long long h) except *
+
+    @cython.locals(k=cython.longlong, h=cython.longlong)
     cpdef long long lookup(self, object hashes) except? -1
 
-    @cython.locals(prv=cython.longlong[:], nxt=cython.longlong[:], head=cython.longlong, last=cython.longlong,
-                   p=cython.longlong, q=cython.longlong)
+    @cython.locals(prv=cython.longlong[:], nxt=cython.longlong[:], last=cython.longlong, p=cython.longlong,
+                   q=cython.longlong)
     cdef void _to_end(self, long long s) except *
 
-    @cython.locals(where=dict, pin=cython.longlong[:], j=cython.longlong, s=cython.longlong, slots=list)
+    @cython.locals(pin=cython.longlong[:], j=cython.longlong, s=cython.longlong, slots=list)
     cpdef acquire(self, object rid, object hashes, long long k)
 
     @cython.locals(slots=tuple, pin=cython.longlong[:], s=cython.longlong)
     cpdef release(self, object rid)
 
-    @cython.locals(where=dict, key=list, pin=cython.longlong[:], prv=cython.longlong[:], nxt=cython.longlong[:],
-                   head=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong,
-                   last=cython.longlong)
+    @cython.locals(key=cython.longlong[:], pin=cython.longlong[:], prv=cython.longlong[:], nxt=cython.longlong[:],
+                   h=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong, last=cython.longlong)
     cpdef insert(self, object hashes)
 
     cpdef double hit_rate(self)

@@ -21,36 +21,113 @@ from array import array
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake FAST'25 trace README: hash_ids are 512-token prefix blocks
 
 
-class PrefixCache:
-    """An LRU of block hashes with ref-counted pins, in slots: `where` maps a cached hash to its slot,
-    and the slots form a doubly linked list from least to most recently used (`prv`, `nxt`; slot
-    `capacity` is the list's head and tail), with each slot's hash (`key`) and pins (`pin`). A pinned
-    entry is never evicted, so a request holds its entries by slot (`mine`). The arrays are typed in
-    C when setup.py compiles this module (prefix.pxd): every admission, prefill and finish asks it."""
+M64 = (1 << 64) - 1  # (prefix.pxd: C unsigned 64-bit, where these wrap as Python's masks do)
+GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: 2^64 / the golden ratio, odd
 
-    __slots__ = ("capacity", "block_tokens", "where", "key", "prv", "nxt", "pin", "size", "mine")
-    __slots__ += ("hit_tokens", "prompt_tokens", "_prv", "_nxt", "_pin")
+
+class PrefixCache:
+    """An LRU of block hashes with ref-counted pins, in slots 1, 2, ...: the slots form a doubly
+    linked list from least to most recently used (`prv`, `nxt`; slot 0 is the list's head and
+    tail), with each slot's hash (`key`) and pins (`pin`); `tab` maps a hash to its slot (open
+    addressing, linear probing, at most half full; 0: empty). A pinned entry is never evicted, so a
+    request holds its entries by slot (`mine`). Hashes are 64-bit (models.traces checks a trace's).
+    The arrays grow with the entries, up to `capacity`; they are typed in C when setup.py compiles
+    this module (prefix.pxd): every admission, prefill and finish asks it."""
+
+    __slots__ = ("capacity", "block_tokens", "key", "prv", "nxt", "pin", "size", "tab", "bits", "mine")
+    __slots__ += ("hit_tokens", "prompt_tokens", "_key", "_prv", "_nxt", "_pin", "_tab")
 
     def __init__(self, capacity: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
         if capacity < 1 or block_tokens < 1:
             raise ValueError(f"a prefix cache needs a block of a token or more (got {capacity}, {block_tokens})")
         self.capacity, self.block_tokens = capacity, block_tokens
-        self.where: dict[int, int] = {}  # cached hash -> its slot
-        self.key: list[int] = [0] * (capacity + 1)  # (any whole numbers a trace holds: Python ints)
-        self.pin = array("q", bytes(8 * (capacity + 1)))  # running requests whose KV for it is the cache's copy
-        self.prv = array("q", [capacity]) * (capacity + 1)  # (empty: the head links to itself)
-        self.nxt = array("q", [capacity]) * (capacity + 1)
-        self._pin, self._prv, self._nxt = self.pin, self.prv, self.nxt  # (the compiled module's typed views)
-        self.size = 0  # slots handed out (0 .. size-1); when all are, a new entry takes its victim's
+        self.size = 0  # slots in use (1 .. size); when all `capacity` are, a new entry takes its victim's
+        self.key = self.pin = self.prv = self.nxt = self.tab = None
+        self._slots(min(capacity, 63) + 1)
+        self._table(7)
         self.mine: dict[int, tuple[int, ...]] = {}  # request -> the slots it pins
         self.hit_tokens = self.prompt_tokens = 0
 
+    # -- storage ---------------------------------------------------------------------------------
+    def _slots(self, n: int) -> None:
+        """Room for slots 0 .. n-1 (a new empty list when there were none)."""
+        self._key = self._pin = self._prv = self._nxt = None  # (an array with a view cannot grow)
+        if self.key is None:
+            self.key, self.pin, self.prv, self.nxt = (array("q", bytes(8 * n)) for _ in range(4))
+        else:
+            more = array("q", bytes(8 * (n - len(self.key))))
+            for a in (self.key, self.pin, self.prv, self.nxt):
+                a.extend(more)
+        self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt
+
+    def _table(self, bits: int) -> None:
+        """A table of 2**bits cells holding every entry again."""
+        self._tab = None
+        self.bits, self.tab = bits, array("q", bytes(8 << bits))
+        self._tab = self.tab
+        nxt, s = self._nxt, self._nxt[0]
+        while s:
+            self._put(self._key[s], s)
+            s = nxt[s]
+
+    def _room(self, m: int) -> None:
+        """Before up to m new entries: slots and a table at most half full for them."""
+        want = min(self.size + m, self.capacity) + 1
+        if want > len(self.key):
+            self._slots(min(max(want, 2 * len(self.key)), self.capacity + 1))
+        bits = self.bits
+        while 2 * want > (1 << bits):
+            bits += 1
+        if bits != self.bits:
+            self._table(bits)
+
+    def _home(self, h: int) -> int:
+        return ((h & M64) * GOLDEN & M64) >> (64 - self.bits)
+
+    def _find(self, h: int) -> int:
+        """Hash h's slot (0: not cached)."""
+        tab, key, mask = self._tab, self._key, (1 << self.bits) - 1
+        j = self._home(h)
+        s = tab[j]
+        while s:
+            if key[s] == h:
+                return s
+            j = (j + 1) & mask
+            s = tab[j]
+        return 0
+
+    def _put(self, h: int, s: int) -> None:
+        tab, mask = self._tab, (1 << self.bits) - 1
+        j = self._home(h)
+        while tab[j]:
+            j = (j + 1) & mask
+        tab[j] = s
+
+    def _drop(self, h: int) -> None:
+        """Hash h (cached) leaves the table; the cells after it move back (linear probing's deletion)."""
+        tab, key, mask = self._tab, self._key, (1 << self.bits) - 1
+        i = self._home(h)
+        while key[tab[i]] != h:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            s = tab[j]
+            if not s:
+                break
+            home = self._home(key[s])
+            if not (i < home <= j if i <= j else home > i or home <= j):  # its home is not in (i, j]
+                tab[i] = s
+                i = j
+        tab[i] = 0
+
+    # -- views -----------------------------------------------------------------------------------
     @property
     def entries(self) -> list[int]:
         """The cached hashes from least to most recently used."""
-        out, nxt, head = [], self.nxt, self.capacity
-        s = nxt[head]
-        while s != head:
+        out, nxt = [], self.nxt
+        s = nxt[0]
+        while s:
             out.append(self.key[s])
             s = nxt[s]
         return out
@@ -58,42 +135,49 @@ class PrefixCache:
     @property
     def pins(self) -> dict[int, int]:
         """Pinned hash -> its pins."""
-        return {self.key[s]: self.pin[s] for s in self.where.values() if self.pin[s]}
+        nxt, out = self.nxt, {}
+        s = nxt[0]
+        while s:
+            if self.pin[s]:
+                out[self.key[s]] = self.pin[s]
+            s = nxt[s]
+        return out
 
     @property
     def held(self) -> dict[int, tuple[int, ...]]:
         """Request -> the hashes it pins."""
         return {rid: tuple(self.key[s] for s in slots) for rid, slots in self.mine.items()}
 
+    # -- the engine's calls ----------------------------------------------------------------------
     def lookup(self, hashes) -> int:
         """How many of `hashes`' leading blocks are cached (no side effect)."""
-        where, k = self.where, 0
+        k = 0
         for h in hashes:
-            if h not in where:
+            if not self._find(h):
                 break
             k += 1
         return k
 
     def _to_end(self, s: int) -> None:
         """Slot s (linked) becomes the most recently used."""
-        prv, nxt, head = self._prv, self._nxt, self.capacity
-        last = prv[head]
+        prv, nxt = self._prv, self._nxt
+        last = prv[0]
         if last == s:
             return
         p, q = prv[s], nxt[s]
         nxt[p], prv[q] = q, p
-        prv[s], nxt[s] = last, head
-        nxt[last] = prv[head] = s
+        prv[s], nxt[s] = last, 0
+        nxt[last] = prv[0] = s
 
     def acquire(self, rid: int, hashes, k: int) -> None:
         """Request `rid` uses the cached first k blocks of `hashes`: they become the most recently
         used, and stay pinned until `release(rid)`."""
         if not k:
             return
-        where, pin = self.where, self._pin
+        pin = self._pin
         slots = []
         for j in range(k):
-            s = where[hashes[j]]
+            s = self._find(hashes[j])
             self._to_end(s)
             pin[s] += 1
             slots.append(s)
@@ -112,29 +196,29 @@ class PrefixCache:
         """A prompt with these block hashes has been computed: each block becomes the most recently
         used, evicting the least recently used unpinned entry when the cache is full; a block that
         finds every entry pinned is not cached (nor are the blocks after it)."""
-        where, key, pin, prv, nxt, head = self.where, self.key, self._pin, self._prv, self._nxt, self.capacity
+        self._room(len(hashes))
+        key, pin, prv, nxt = self._key, self._pin, self._prv, self._nxt
         for h in hashes:
-            s = where.get(h, -1)
-            if s >= 0:
+            s = self._find(h)
+            if s:
                 self._to_end(s)
                 continue
-            if self.size < head:
-                s = self.size
-                self.size = s + 1
+            if self.size < self.capacity:
+                s = self.size = self.size + 1
             else:
-                s = nxt[head]  # the least recently used unpinned entry
-                while s != head and pin[s]:
+                s = nxt[0]  # the least recently used unpinned entry
+                while s and pin[s]:
                     s = nxt[s]
-                if s == head:
+                if not s:
                     return
-                del where[key[s]]
+                self._drop(key[s])
                 p, q = prv[s], nxt[s]
                 nxt[p], prv[q] = q, p
             key[s] = h
-            where[h] = s
-            last = prv[head]  # linked in as the most recently used
-            prv[s], nxt[s] = last, head
-            nxt[last] = prv[head] = s
+            self._put(h, s)
+            last = prv[0]  # linked in as the most recently used
+            prv[s], nxt[s] = last, 0
+            nxt[last] = prv[0] = s
 
     def hit_rate(self) -> float:
         """Prompt tokens served from the cache over prompt tokens, at first admissions."""
