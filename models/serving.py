@@ -431,9 +431,8 @@ class EngineState:
             completed += 1
             if start:
                 self.prefill_done(rid)
-            if (
-                kv is None or not kv.orig or rid not in kv.orig
-            ):  # (a request recomputed after preemption has its first token)
+            # (a request recomputed after preemption has its first token)
+            if kv is None or not kv.orig or rid not in kv.orig:
                 first_token[rid] = end
             out = output[rid]
             if out <= 1:
@@ -695,10 +694,10 @@ class EngineState:
 
 def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: int, n_dec: int, sum_ctx: int):
     """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
-    pool (which books the iterations' blocks and takes back a finished request's), a log or a client
-    (which hears of every request finished at `end`, also one-token requests finished by
-    `first_tokens`, and may submit new ones: `add`, which may grow the arrays). Publishes n_dec and
-    sum_ctx."""
+    pool (which books the iterations' blocks and takes back a finished request's), a prefix cache, a
+    log or a client (which hears of every request finished at `end`, also one-token requests
+    finished by `first_tokens`, and may submit new ones: `add`, which may grow the arrays).
+    Publishes n_dec and sum_ctx."""
     kv, client = st.kv, st.client
     if st.log is not None:
         st.log.append((now, end))
