@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import pytest
 import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.models import invariants as inv
@@ -198,3 +201,101 @@ def test_prefix_affinity_keeps_prefixes_cached_better_than_round_robin():
     pa = simulate(_mooncake({**extra, "router.name": "prefix_affinity"}), seed=1).summary
     assert rr["requests"] == pa["requests"] > 100
     assert pa["prefix_hit_rate"] > 2 * rr["prefix_hit_rate"] > 0, (pa["prefix_hit_rate"], rr["prefix_hit_rate"])
+
+
+class _ReferenceCache:
+    """The prefix cache as it was first written (an OrderedDict LRU, dict pins): the model the
+    slotted cache with its own hash table must match call for call."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.entries, self.pins, self.held = capacity, OrderedDict(), {}, {}
+
+    def lookup(self, hashes) -> int:
+        k = 0
+        for h in hashes:
+            if h not in self.entries:
+                break
+            k += 1
+        return k
+
+    def acquire(self, rid, hashes, k) -> None:
+        if k:
+            for h in hashes[:k]:
+                self.entries.move_to_end(h)
+                self.pins[h] = self.pins.get(h, 0) + 1
+            self.held[rid] = tuple(hashes[:k])
+
+    def release(self, rid) -> None:
+        for h in self.held.pop(rid, ()):
+            self.pins[h] -= 1
+            if not self.pins[h]:
+                del self.pins[h]
+
+    def insert(self, hashes) -> None:
+        for h in hashes:
+            if h in self.entries:
+                self.entries.move_to_end(h)
+                continue
+            if len(self.entries) >= self.capacity:
+                victim = next((e for e in self.entries if e not in self.pins), None)
+                if victim is None:
+                    return
+                del self.entries[victim]
+            self.entries[h] = None
+
+
+# hashes from a few values (hits, collisions in the table) and the 64-bit extremes
+HASHES = st.lists(
+    st.sampled_from([0, 1, 2, 3, 5, 8, 13, 1 << 16, 3 << 16, (1 << 48) | 7, 2**63 - 1, -(2**63)])
+    | st.integers(-(2**63), 2**63 - 1),
+    max_size=6,
+)
+OPS = st.lists(st.tuples(st.sampled_from(["admit", "insert", "release"]), st.integers(0, 5), HASHES), max_size=120)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capacity=st.integers(1, 150), ops=OPS)
+def test_cache_matches_the_reference_lru(capacity, ops):
+    """Random admissions (lookup, then acquire), inserts and releases on the running core's cache and
+    on the reference: the same hits, the same entries in the same LRU order, the same pins."""
+    px, ref = PrefixCache(capacity), _ReferenceCache(capacity)
+    for op, rid, hashes in ops:
+        if op == "admit":
+            px.release(rid)  # (a request holds one set of pins at a time)
+            ref.release(rid)
+            k = px.lookup(hashes)
+            assert k == ref.lookup(hashes)
+            px.acquire(rid, tuple(hashes), k)
+            ref.acquire(rid, tuple(hashes), k)
+        elif op == "insert":
+            px.insert(tuple(hashes))
+            ref.insert(tuple(hashes))
+        else:
+            px.release(rid)
+            ref.release(rid)
+        assert px.entries == list(ref.entries) and px.pins == ref.pins and px.held == ref.held
+    assert len(px.entries) <= capacity
+
+
+@pytest.mark.parametrize("capacity", [1, 7, 63, 64, 200])
+def test_cache_matches_the_reference_under_churn(capacity):
+    """A long random run at the table's fullest (63 entries in 128 cells) and across its growth:
+    evictions delete from clustered probe runs, which must stay searchable."""
+    rnd = random.Random(capacity)
+    keys = [rnd.randrange(-(2**63), 2**63) for _ in range(3 * capacity + 20)]
+    px, ref = PrefixCache(capacity), _ReferenceCache(capacity)
+    for _ in range(4000):
+        hashes = tuple(rnd.choice(keys) for _ in range(rnd.randint(0, 4)))
+        rid = rnd.randrange(8)
+        if rnd.random() < 0.5:
+            px.insert(hashes)
+            ref.insert(hashes)
+        else:
+            px.release(rid)
+            ref.release(rid)
+            k = px.lookup(hashes)
+            assert k == ref.lookup(hashes)
+            px.acquire(rid, hashes, k)
+            ref.acquire(rid, hashes, k)
+    assert px.entries == list(ref.entries) and px.pins == ref.pins
+    assert all(px.lookup((h,)) == (h in ref.entries) for h in keys)
