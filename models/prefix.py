@@ -42,22 +42,20 @@ class PrefixCache:
             raise ValueError(f"a prefix cache needs a block of a token or more (got {capacity}, {block_tokens})")
         self.capacity, self.block_tokens = capacity, block_tokens
         self.size = 0  # slots in use (1 .. size); when all `capacity` are, a new entry takes its victim's
-        self.key = self.pin = self.prv = self.nxt = self.tab = None
-        self._slots(min(capacity, 63) + 1)
+        n = min(capacity, 63) + 1  # (slots 0 .. n-1; `_room` grows them)
+        self.key, self.pin, self.prv, self.nxt = (array("q", bytes(8 * n)) for _ in range(4))
+        self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt  # (typed views)
         self._table(7)
         self.mine: dict[int, tuple[int, ...]] = {}  # request -> the slots it pins
         self.hit_tokens = self.prompt_tokens = 0
 
     # -- storage ---------------------------------------------------------------------------------
     def _slots(self, n: int) -> None:
-        """Room for slots 0 .. n-1 (a new empty list when there were none)."""
+        """Room for slots 0 .. n-1."""
         self._key = self._pin = self._prv = self._nxt = None  # (an array with a view cannot grow)
-        if self.key is None:
-            self.key, self.pin, self.prv, self.nxt = (array("q", bytes(8 * n)) for _ in range(4))
-        else:
-            more = array("q", bytes(8 * (n - len(self.key))))
-            for a in (self.key, self.pin, self.prv, self.nxt):
-                a.extend(more)
+        more = array("q", bytes(8 * (n - len(self.key))))
+        for a in (self.key, self.pin, self.prv, self.nxt):
+            a.extend(more)
         self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt
 
     def _table(self, bits: int) -> None:

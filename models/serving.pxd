@@ -71,7 +71,7 @@ cdef class EngineState:
     cpdef (long long, long long, long long) skip(self, long long rid)
 
     @cython.locals(px=PrefixCache, kv=KVPool)
-    cpdef long long take_cached(self, long long rid, bint first, long long got, long long k, long long tok) except? -1
+    cpdef take_cached(self, long long rid, bint first, long long got, long long k, long long tok)
 
     @cython.locals(px=PrefixCache)
     cpdef prefill_done(self, long long rid)

@@ -497,10 +497,10 @@ class EngineState:
         tok = min(k * px.block_tokens, own, p - 1)
         return (given if given > tok else tok), k, tok
 
-    def take_cached(self, rid: int, first: bool, got: int, k: int, tok: int) -> int:
+    def take_cached(self, rid: int, first: bool, got: int, k: int, tok: int) -> None:
         """Request rid is admitted skipping `got` prompt tokens: pin the prefix cache's k blocks it
         uses (their `tok` tokens' KV blocks are the cache's, not its own), count its first admission
-        in the hit rate; returns got."""
+        in the hit rate."""
         px = self.px
         if px is not None:
             if k:  # a request without block hashes (a workload that has none) hits nothing
@@ -513,7 +513,6 @@ class EngineState:
                 kv.shared[rid] = tok // kv.bs
         if got:
             self.hit[rid] = got
-        return got
 
     def prefill_done(self, rid: int) -> None:
         """Request rid's prompt is computed: its blocks go into the prefix cache."""
