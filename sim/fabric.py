@@ -188,36 +188,45 @@ class Fabric:
         self._t = now
 
     def _reallocate(self) -> None:
+        """Progressive filling. The float operations, their order and the tie-breaks are those of the
+        plain statement of the algorithm (tests/test_fabric.py keeps the two bit-identical): each
+        round, every link's weight sum over its unfrozen jobs is summed afresh in job order, and the
+        tightest link is the first in that order whose level is least."""
         jobs = self.jobs
+        left: dict[Link, float] = {}
         for j in jobs:
-            j.rate = -1.0
-        left = {id(lk): lk.capacity for j in jobs for lk in j.links}
+            for lk in j.links:
+                left[lk] = lk.capacity
         pending = list(jobs)
         while pending:
-            # Tightest constraint: a link's fair level, or a job's own cap.
+            wsum: dict[Link, float] = {}
+            get = wsum.get
+            for j in pending:
+                w = j.weight
+                for lk in j.links:
+                    wsum[lk] = get(lk, 0.0) + w
             best, best_link = INF, None
-            wsum: dict[int, float] = {}
+            for lk, ws in wsum.items():
+                lvl = left[lk] / ws
+                if lvl < best:
+                    best, best_link = lvl, lk
+            cap_job, cap = None, INF
             for j in pending:
-                for lk in j.links:
-                    wsum[id(lk)] = wsum.get(id(lk), 0.0) + j.weight
-            for j in pending:
-                for lk in j.links:
-                    lvl = left[id(lk)] / wsum[id(lk)]
-                    if lvl < best:
-                        best, best_link = lvl, lk
-            cap_job = min(pending, key=lambda j: j.max_rate / j.weight)
-            if cap_job.max_rate / cap_job.weight <= best:
-                frozen = [cap_job]
-                level = cap_job.max_rate / cap_job.weight
+                c = j.max_rate / j.weight
+                if cap_job is None or c < cap:
+                    cap_job, cap = j, c
+            if cap <= best:
+                frozen, level = (cap_job,), cap
+                pending.remove(cap_job)
             else:
                 frozen = [j for j in pending if best_link in j.links]
+                pending = [j for j in pending if best_link not in j.links]
                 level = best
             for j in frozen:
-                j.rate = j.weight * level
+                j.rate = rate = j.weight * level
                 for lk in j.links:
-                    left[id(lk)] = max(0.0, left[id(lk)] - j.rate)
-            fz = set(map(id, frozen))
-            pending = [j for j in pending if id(j) not in fz]
+                    x = left[lk] - rate
+                    left[lk] = x if x > 0.0 else 0.0
         now = self.env.now
         nxt = INF
         for j in jobs:
@@ -231,13 +240,13 @@ class Fabric:
                 nxt = j.finish
         if self.check:
             self.assert_capacities()
-        for j in jobs:
-            for lk in j.links:
-                if not lk.unlimited:
-                    load = sum(x.rate for x in lk.jobs) / lk.capacity
-                    if load > lk.peak_load:
-                        lk.peak_load = load
+        for lk in left:  # (each link the jobs cross, once)
+            if lk.capacity != INF:
+                load = sum(x.rate for x in lk.jobs) / lk.capacity
+                if load > lk.peak_load:
+                    lk.peak_load = load
         self.generation += 1
+        was = self.next_at
         if nxt < INF:
             gen = self.generation
             delay = max(0.0, nxt - now)
@@ -246,7 +255,7 @@ class Fabric:
             ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
         else:
             self.next_at = INF
-        if self.timer_moved is not None:
+        if self.timer_moved is not None and self.next_at != was:
             self.timer_moved()
 
     def _on_timer(self, gen: int) -> None:
