@@ -19,6 +19,7 @@ the past: nothing here can reach the simulator or the trace.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Protocol
 
@@ -58,7 +59,7 @@ def detect_season(x: np.ndarray, min_lag: int, min_acf: float = 0.3) -> int | No
     if hi <= min_lag:
         return None
     y = np.asarray(x, dtype=float) - np.mean(x)
-    denom = float(np.dot(y, y))
+    denom = math.fsum(y * y)  # (np.dot goes through the BLAS, whose last bits differ by CPU)
     if denom <= 0:
         return None
     # Autocorrelation by FFT, normalised by the overlap length so long lags are not penalised.

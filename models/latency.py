@@ -22,16 +22,20 @@ R^2 of the unscaled predictions, so the short decode steps that dominate serving
 the prefills.
 
 Two ways to compute the same fit: `statsmodels` (`sm.WLS`, what `wadiloco calibrate` reports) and
-`numpy` (the same weighted least squares, rows whitened by sqrt(weight) and solved with the
-Moore-Penrose pseudo-inverse). Simulations use the numpy one (`default_latency`): importing
-statsmodels costs seconds per process, paid again by every sweep worker, for a 19-row fit.
-tests/test_latency_fit.py checks that both give the same coefficients.
+`exact` (the same weighted least squares, rows whitened by sqrt(weight), its normal equations solved
+in rational arithmetic and each coefficient rounded once). Simulations use the exact one
+(`default_latency`): importing statsmodels costs seconds per process, paid again by every sweep
+worker, for a 19-row fit; and a solve through the BLAS (statsmodels, numpy's pinv) differs in the
+last bits from one CPU to another (OpenBLAS picks its kernels by CPU), which moved every simulated
+figure by ulps between machines. The exact fit is the same float on every machine.
+tests/test_latency_forms.py and tests/test_hot_path.py check that both give the same coefficients.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -108,15 +112,38 @@ def design_rows(cal: dict, form: str = "linear") -> tuple[np.ndarray, np.ndarray
     return np.asarray(X, float), np.asarray(y, float)
 
 
-def wls_numpy(X: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted least squares without statsmodels: OLS on the rows scaled by sqrt(weights)."""
+def wls_exact(X: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted least squares without statsmodels or the BLAS: OLS on the rows scaled by
+    sqrt(weights) (IEEE operations, the same bits everywhere), its normal equations solved exactly
+    in fractions, and each coefficient rounded to the nearest float. The design must have full
+    column rank (every calibration form has)."""
     s = np.sqrt(weights)
-    return np.linalg.pinv(X * s[:, None]) @ (y * s)
+    A = [[Fraction(float(v)) for v in row] for row in X * s[:, None]]
+    b = [Fraction(float(v)) for v in y * s]
+    n = len(A[0]) if A else 0
+    cols = range(n)
+    M = [[sum(r[i] * r[j] for r in A) for j in cols] + [sum(r[i] * v for r, v in zip(A, b))] for i in cols]
+    for k in cols:  # Gauss-Jordan elimination (exact: any nonzero pivot)
+        piv = next((i for i in range(k, n) if M[i][k] != 0), None)
+        if piv is None:
+            raise np.linalg.LinAlgError(f"the design's column {k} is a combination of the others")
+        M[k], M[piv] = M[piv], M[k]
+        for i in cols:
+            if i != k and M[i][k] != 0:
+                f = M[i][k] / M[k][k]
+                M[i] = [a - f * c for a, c in zip(M[i], M[k])]
+    return np.array([float(M[i][n] / M[i][i]) for i in cols])
+
+
+def _predict(X: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """X @ params, row by row in a fixed order (a matrix product through the BLAS differs by CPU)."""
+    p = [float(v) for v in params]
+    return np.array([sum((float(x) * c for x, c in zip(row, p)), 0.0) for row in X])
 
 
 def fit_latency(cal: dict | None = None, method: str = "statsmodels", form: str = "linear") -> LatencyModel:
     """Relative-error fit (WLS, weights 1/y^2) of the calibration's p50 rows in `form`, by `method`
-    ("statsmodels" or "numpy"); R^2 and the largest relative error are of the unscaled predictions."""
+    ("statsmodels" or "exact"); R^2 and the largest relative error are of the unscaled predictions."""
     cal = cal if cal is not None else load_calibration()
     X, y = design_rows(cal, form)
     w = 1.0 / y**2
@@ -124,11 +151,11 @@ def fit_latency(cal: dict | None = None, method: str = "statsmodels", form: str 
         import statsmodels.api as sm
 
         params = np.asarray(sm.WLS(y, X, weights=w).fit().params, dtype=float)
-    elif method == "numpy":
-        params = wls_numpy(X, y, w)
+    elif method == "exact":
+        params = wls_exact(X, y, w)
     else:
-        raise ValueError(f"unknown fit method {method!r} (statsmodels or numpy)")
-    pred = X @ params
+        raise ValueError(f"unknown fit method {method!r} (statsmodels or exact)")
+    pred = _predict(X, params)
     r2 = 1.0 - float(np.sum((y - pred) ** 2) / np.sum((y - y.mean()) ** 2))
     fit = dict(r2=r2, n=len(y), max_rel_err=float(np.max(np.abs(pred - y) / y)), form=form)
     p = [float(v) for v in params]
@@ -153,5 +180,5 @@ def relative_errors(lat: LatencyModel, cal: dict | None = None) -> list[tuple[st
 @lru_cache(maxsize=2)
 def default_latency(form: str = "linear") -> LatencyModel:
     """The simulator's latency model in `form` (engine.latency): the built-in calibration, fitted once
-    per process (numpy)."""
-    return fit_latency(method="numpy", form=form)
+    per process (exact: the same on every machine)."""
+    return fit_latency(method="exact", form=form)

@@ -108,6 +108,69 @@ def test_identical_across_processes(tmp_path, derive_scenario):
     assert (outs[0] / "merges.csv").read_bytes() == (outs[1] / "merges.csv").read_bytes()
 
 
+def _openblas_dynamic() -> bool:
+    """numpy's BLAS is an OpenBLAS that picks its kernels by CPU (OPENBLAS_CORETYPE forces one), on an
+    x86-64 CPU with AVX2 (so both kernels below can run)."""
+    try:
+        cfg = str(np.show_config(mode="dicts"))
+        flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    except Exception:
+        return False
+    return "DYNAMIC_ARCH" in cfg and "openblas" in cfg.lower() and " avx2" in flags
+
+
+@pytest.mark.skipif(not _openblas_dynamic(), reason="needs numpy on an OpenBLAS with DYNAMIC_ARCH, on x86-64 with AVX2")
+def test_identical_across_blas_kernels(tmp_path, derive_scenario):
+    """Results must not depend on the machine: OpenBLAS's Haswell and Sandybridge kernels round
+    differently (a latency fit or a correlation through the BLAS moved every golden figure by ulps on
+    another CPU), so the same runs under each must write the same bytes. The online forecaster and
+    a testbed scenario cover the policy's autocorrelation and the testbed's pressure correlation."""
+    runs = {
+        "bursty": ("bursty.yaml", ["--policy", "online_forecast"]),
+        "testbed": ("testbed/stage10_1p5b_highcon.yaml", []),
+    }
+    for name, (rel, args) in runs.items():
+        sc = derive_scenario(ROOT / "scenarios" / rel, tmp_path / name, {"horizon_s": 120, "drain_s": 20})
+        outs = []
+        for core in ("Haswell", "Sandybridge"):
+            d = tmp_path / f"{name}-{core}"
+            r = subprocess.run(
+                [sys.executable, "-m", "wadiloco.experiments.cli", "run", str(sc), *args, "--out", str(d)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**__import__("os").environ, "OPENBLAS_CORETYPE": core},
+            )
+            assert r.returncode == 0, r.stderr
+            outs.append(d)
+        for f in ("requests.csv", "merges.csv"):
+            assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes(), (name, f)
+        a, b = (
+            {k: v for k, v in json.loads((d / "summary.json").read_text()).items() if "wall" not in k} for d in outs
+        )
+        assert a == b, name
+    # and the numerics themselves, on inputs where the two kernels' dot products differ
+    probe = (
+        "import numpy as np; from wadiloco.models.latency import fit_latency; "
+        "from wadiloco.models.testbed.metrics import _corr; from wadiloco.models.forecast import detect_season; "
+        "r = np.random.default_rng(0); x, y = r.random(801), r.random(801); "
+        "print([fit_latency(method='exact', form=f).a.hex() for f in ('linear', 'attention')], "
+        "_corr(x, y).hex(), detect_season(np.sin(np.arange(400) / 7.0) + x[:400], 4))"
+    )
+    env = __import__("os").environ
+    got = [
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "OPENBLAS_CORETYPE": c},
+        ).stdout
+        for c in ("Haswell", "Sandybridge")
+    ]
+    assert got[0] and got[0] == got[1]
+
+
 # ---- the checks catch what they claim to catch ------------------------------------------------
 def test_corridor_check_catches_violations():
     inv.check_corridor([128, 256, 384], 128, 512, 400)

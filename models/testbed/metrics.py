@@ -55,4 +55,8 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
         return math.nan
-    return float(np.corrcoef(x, y)[0, 1])
+    # Pearson's r summed in a fixed order (np.corrcoef's dot products go through the BLAS, whose last
+    # bits differ by CPU)
+    dx, dy = x - x.mean(), y - y.mean()
+    r = math.fsum(dx * dy) / math.sqrt(math.fsum(dx * dx) * math.fsum(dy * dy))
+    return min(1.0, max(-1.0, r))
