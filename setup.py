@@ -3,7 +3,7 @@
 models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic (plain Python;
 models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
 its own (`wadiloco.models._batching_c`, `_kv_c`, `_prefix_c`, `_serving_c`; the compiled serving imports
-the compiled batching, KV pool and prefix cache, and models/heap.py's `_heap_c` in place of heapq) with
+the compiled batching, KV pool and prefix cache, and models/heap.py's `_heap_c` KeyHeap in place of ListHeap) with
 the digest of the sources it was built from, and compiled. The compiled module never shadows the .py:
 models/core.py imports it only if that digest matches the sources beside it, else it warns once and
 runs the pure modules (an edited serving.py in a developer's tree runs as edited). Everything else is
@@ -33,7 +33,7 @@ MODULES = (
             ("wadiloco.models.batching import", "wadiloco.models._batching_c import"),
             ("wadiloco.models.kv import", "wadiloco.models._kv_c import"),
             ("wadiloco.models.prefix import", "wadiloco.models._prefix_c import"),
-            ("from heapq import", "from wadiloco.models._heap_c import"),  # (models/heap.py)
+            ("wadiloco.models.heap import ListHeap as KeyHeap", "wadiloco.models._heap_c import KeyHeap"),
         ),
     ),
 )

@@ -1,18 +1,36 @@
-# C types for models/heap.py when setup.py compiles it (Cython, pure-Python mode): the keys are compared
-# as 64-bit integers (they are below 2**63: models.serving `key`), the list keeps the Python objects
-# (heap.py's first line turns bounds checks off: the sifts index only within the list).
+# C types for models/heap.py when setup.py compiles it (Cython, pure-Python mode): KeyHeap's keys are a
+# typed view of its array('q') (64-bit: they are below 2**63, models.serving `key`), sifted as C integers
+# (heap.py's first line turns bounds checks off: the sifts index only below n).
 import cython
 
-cpdef heappush(list heap, object item)
+cdef long long MASK
 
-cpdef object heappop(list heap)
 
-@cython.locals(i=cython.Py_ssize_t)
-cpdef heapify(list heap)
+cdef class KeyHeap:
+    cdef public object a
+    cdef public Py_ssize_t n
+    cdef long long[:] _a
 
-@cython.locals(v=cython.longlong, pv=cython.longlong, parent_pos=cython.Py_ssize_t)
-cdef void _siftdown(list heap, Py_ssize_t start, Py_ssize_t pos)
+    cdef _room(self)
 
-@cython.locals(end=cython.Py_ssize_t, start=cython.Py_ssize_t, child=cython.Py_ssize_t, right=cython.Py_ssize_t,
-               cv=cython.longlong, rv=cython.longlong)
-cdef void _siftup(list heap, Py_ssize_t pos)
+    cpdef push(self, long long x)
+
+    @cython.locals(a=cython.longlong[:], last=cython.longlong, top=cython.longlong)
+    cpdef long long pop(self) except? -1
+
+    cpdef long long top(self) except? -1
+
+    cpdef load(self, object keys)
+
+    cpdef push_raw(self, long long x)
+
+    @cython.locals(a=cython.longlong[:], n=cython.Py_ssize_t, j=cython.Py_ssize_t, i=cython.Py_ssize_t,
+                   x=cython.longlong)
+    cpdef long long take(self, long long rid) except? -1
+
+
+@cython.locals(item=cython.longlong, parent=cython.longlong, parent_pos=cython.Py_ssize_t)
+cdef void _siftdown(long long[:] heap, Py_ssize_t start, Py_ssize_t pos) noexcept
+
+@cython.locals(start=cython.Py_ssize_t, item=cython.longlong, child=cython.Py_ssize_t, right=cython.Py_ssize_t)
+cdef void _siftup(long long[:] heap, Py_ssize_t pos, Py_ssize_t end) noexcept

@@ -7,7 +7,7 @@
 import cython
 
 from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
-from wadiloco.models._heap_c cimport heapify, heappop, heappush
+from wadiloco.models._heap_c cimport KeyHeap
 from wadiloco.models._kv_c cimport KVPool, blocks
 from wadiloco.models._prefix_c cimport PrefixCache
 
@@ -25,7 +25,7 @@ cdef class EngineState:
     cdef public object waiting
     cdef public list prefilling
     cdef public object prefilled
-    cdef public list fin_heap
+    cdef public KeyHeap fin_heap
     cdef public long long n_dec, sum_ctx, diter, n_finished, contended
     cdef public double now
     cdef public object log, client, tag, gate
@@ -59,7 +59,7 @@ cdef class EngineState:
                                               long long sum_ctx)
 
     @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
-                   prompt=cython.longlong[:], output=cython.longlong[:], kv=KVPool, px=PrefixCache)
+                   prompt=cython.longlong[:], output=cython.longlong[:], kv=KVPool, px=PrefixCache, fin_heap=KeyHeap)
     cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx, list done)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)

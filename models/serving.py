@@ -63,12 +63,12 @@ from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Generator, Sized
-from heapq import heapify, heappop, heappush
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
+from wadiloco.models.heap import ListHeap as KeyHeap
 from wadiloco.models.kv import KVPool, blocks
 from wadiloco.models.prefix import PrefixCache
 
@@ -244,7 +244,7 @@ class EngineState:
         self.next_i = 0  # next arrival not yet pulled into `waiting`
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
-        self.fin_heap: list[int] = []  # key(iteration after which it is done, request)
+        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
         self.n_dec = 0  # decoding requests
         self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
         self.diter = 0  # iterations run
@@ -450,7 +450,7 @@ class EngineState:
             due = diter + out - 1
             if due >> 31:
                 raise OverflowError(f"iteration {due} does not fit a fin_heap key")
-            heappush(self.fin_heap, due << 32 | rid)
+            self.fin_heap.push(due << 32 | rid)
         if completed:
             del self.prefilling[:completed]
         return n_dec, sum_ctx
@@ -461,12 +461,12 @@ class EngineState:
         no client) hears of them. Publishes the new n_dec and sum_ctx."""
         fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
         kv, px = self.kv, self.px
-        while fin_heap:
-            x = fin_heap[0]  # a key: due << 32 | rid
+        while len(fin_heap):
+            x = fin_heap.top()  # a key: due << 32 | rid
             due = x >> 32
             if due > diter:
                 break
-            heappop(fin_heap)
+            fin_heap.pop()
             rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
             finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
             self.n_finished += 1
@@ -576,12 +576,7 @@ class EngineState:
             self.prefilling.remove(rid)
             kv.used -= blocks(prompt[rid], kv.bs) - shared
         else:
-            heap = self.fin_heap
-            j = next(j for j, item in enumerate(heap) if item & 0xFFFFFFFF == rid)
-            due = heap[j] >> 32
-            heap[j] = heap[-1]
-            heap.pop()
-            heapify(heap)
+            due = self.fin_heap.take(rid) >> 32
             total = prompt[rid] + output[rid]
             ctx = total - due + t  # its context at iteration t
             phase = (due + 1 - total) % kv.bs
@@ -675,7 +670,7 @@ class EngineState:
             kv.cnt[phase] += 1
             kv.running[rid] = None
             kv.copy += nb
-            heappush(self.fin_heap, key(t + left, rid))
+            self.fin_heap.push(key(t + left, rid))
             n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
         return n_dec, sum_ctx
@@ -683,7 +678,7 @@ class EngineState:
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
         last iteration whose blocks fit (models.kv.KVPool.safe_iters)."""
-        x = self.fin_heap[0]  # a key: due << 32 | rid
+        x = self.fin_heap.top()  # a key: due << 32 | rid
         k = (x >> 32) - t
         if self.kv is not None:
             safe = self.kv.safe_iters(t, n_dec)

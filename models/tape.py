@@ -162,7 +162,7 @@ class Replay:
         for j in range(0, len(pf), 2):  # (only the requests in prefill have a count)
             got[pf[j]] = pf[j + 1]
         off = d << 32
-        st.fin_heap[:] = [x + off for x in b.heap]  # (a constant added to every key: still a heap)
+        st.fin_heap.load([x + off for x in b.heap])  # (a constant added to every key: still a heap)
         # What the baseline booked between the two snapshots (NaN: not yet). A snapshot is taken
         # where a step starts: after the step that ended then was booked, before its admissions.
         lo, hi = a.lo, b.next_i

@@ -299,28 +299,41 @@ def _heap_modules():
 
 
 @pytest.mark.parametrize("mod", _heap_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
-def test_heap_is_heapq_item_for_item(mod):
-    """The compiled core's heap ops (models/heap.py, CPython's heapq algorithms; compiled, they compare
-    the keys as C integers) leave every list exactly as heapq leaves it and return the same keys, on
-    random pushes, pops and heapifies of keys shaped as the engine's (due << 32 | rid)."""
-    import heapq
+def test_key_heap_is_the_list_heap_item_for_item(mod):
+    """The compiled core's KeyHeap (models/heap.py, CPython's heapq algorithms on an array; compiled,
+    on C integers) holds every key where the pure core's ListHeap (a list and heapq) holds it and
+    returns the same keys, on random pushes, pops, removals (preemption's `take`, which heapifies) and
+    loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
+    from wadiloco.models.heap import MASK, ListHeap
 
     rnd = random.Random(3)
-    ours: list[int] = []
-    theirs: list[int] = []
-    for _ in range(20_000):
+    ours, theirs, big = mod.KeyHeap(), ListHeap(), 0
+    for i in range(20_000):
         r = rnd.random()
-        if r < 0.55 or not theirs:
+        grow = 0.55 if i < 4_000 else 0.47  # large heaps, then small ones (where removals reach the root)
+        if r < grow or not len(theirs):
             x = rnd.randrange(1 << 31) << 32 | rnd.randrange(1 << 32)
-            mod.heappush(ours, x)
-            heapq.heappush(theirs, x)
+            ours.push(x)
+            theirs.push(x)
+        elif r < 0.85:
+            assert ours.top() == theirs.top()
+            assert ours.pop() == theirs.pop()
         elif r < 0.995:
-            assert mod.heappop(ours) == heapq.heappop(theirs)
+            rid = rnd.choice(list(theirs)) & MASK
+            assert ours.take(rid) == theirs.take(rid)
         else:
-            rnd.shuffle(theirs)
-            ours[:] = theirs
-            mod.heapify(ours)
-            heapq.heapify(theirs)
-        assert ours == theirs
-    with pytest.raises(IndexError):
-        mod.heappop([])
+            keys = [x + (5 << 32) for x in theirs]
+            ours.load(keys)
+            theirs.load(keys)
+        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+        big = max(big, len(theirs))
+    assert big > 64  # (the array grew)
+    while len(theirs):
+        assert ours.pop() == theirs.pop()
+    for h in (ours, theirs):
+        with pytest.raises(IndexError):
+            h.pop()
+        with pytest.raises(IndexError):
+            h.top()
+        with pytest.raises(ValueError):
+            h.take(7)
