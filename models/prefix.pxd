@@ -8,7 +8,7 @@ cdef unsigned long long M64, GOLDEN
 
 
 cdef class PrefixCache:
-    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits
+    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch
     cdef public dict mine
     cdef public object key, pin, prv, nxt, tab
     cdef long long[:] _key, _pin, _prv, _nxt, _tab
@@ -23,15 +23,14 @@ cdef class PrefixCache:
 
     cdef inline unsigned long long _home(self, long long h) noexcept
 
-    @cython.locals(tab=cython.longlong[:], key=cython.longlong[:], mask=cython.longlong, j=cython.longlong,
-                   s=cython.longlong)
+    @cython.locals(mask=cython.longlong, j=cython.longlong, s=cython.longlong)
     cdef long long _find(self, long long h) except -1
 
-    @cython.locals(tab=cython.longlong[:], mask=cython.longlong, j=cython.longlong)
+    @cython.locals(mask=cython.longlong, j=cython.longlong)
     cdef void _put(self, long long h, long long s) except *
 
-    @cython.locals(tab=cython.longlong[:], key=cython.longlong[:], mask=cython.longlong, i=cython.longlong,
-                   j=cython.longlong, s=cython.longlong, home=cython.longlong)
+    @cython.locals(mask=cython.longlong, i=cython.longlong, j=cython.longlong, s=cython.longlong,
+                   home=cython.longlong)
     cdef void _drop(self, long long h) except *
 
     @cython.locals(k=cython.longlong, h=cython.longlong)

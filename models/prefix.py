@@ -35,7 +35,7 @@ class PrefixCache:
     this module (prefix.pxd): every admission, prefill and finish asks it."""
 
     __slots__ = ("capacity", "block_tokens", "key", "prv", "nxt", "pin", "size", "tab", "bits", "mine")
-    __slots__ += ("hit_tokens", "prompt_tokens", "_key", "_prv", "_nxt", "_pin", "_tab")
+    __slots__ += ("hit_tokens", "prompt_tokens", "epoch", "_key", "_prv", "_nxt", "_pin", "_tab")
 
     def __init__(self, capacity: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
         if capacity < 1 or block_tokens < 1:
@@ -48,6 +48,7 @@ class PrefixCache:
         self._table(7)
         self.mine: dict[int, tuple[int, ...]] = {}  # request -> the slots it pins
         self.hit_tokens = self.prompt_tokens = 0
+        self.epoch = 0  # moves whenever the set of cached hashes changes: `lookup`'s answers hold until then
 
     # -- storage ---------------------------------------------------------------------------------
     def _slots(self, n: int) -> None:
@@ -83,41 +84,42 @@ class PrefixCache:
         return ((h & M64) * GOLDEN & M64) >> (64 - self.bits)
 
     def _find(self, h: int) -> int:
-        """Hash h's slot (0: not cached)."""
-        tab, key, mask = self._tab, self._key, (1 << self.bits) - 1
+        """Hash h's slot (0: not cached). (The arrays are read through self: compiled, a typed view
+        taken into a local costs a reference count each call, more than the probe.)"""
+        mask = (1 << self.bits) - 1
         j = self._home(h)
-        s = tab[j]
+        s = self._tab[j]
         while s:
-            if key[s] == h:
+            if self._key[s] == h:
                 return s
             j = (j + 1) & mask
-            s = tab[j]
+            s = self._tab[j]
         return 0
 
     def _put(self, h: int, s: int) -> None:
-        tab, mask = self._tab, (1 << self.bits) - 1
+        mask = (1 << self.bits) - 1
         j = self._home(h)
-        while tab[j]:
+        while self._tab[j]:
             j = (j + 1) & mask
-        tab[j] = s
+        self._tab[j] = s
 
     def _drop(self, h: int) -> None:
         """Hash h (cached) leaves the table; the cells after it move back (linear probing's deletion)."""
-        tab, key, mask = self._tab, self._key, (1 << self.bits) - 1
+        mask = (1 << self.bits) - 1
         i = self._home(h)
-        while key[tab[i]] != h:
+        while self._key[self._tab[i]] != h:
             i = (i + 1) & mask
         j = i
         while True:
             j = (j + 1) & mask
-            s = tab[j]
+            s = self._tab[j]
             if not s:
                 break
-            home = self._home(key[s])
+            home = self._home(self._key[s])
             if not (i < home <= j if i <= j else home > i or home <= j):  # its home is not in (i, j]
-                tab[i] = s
+                self._tab[i] = s
                 i = j
-        tab[i] = 0
+        self._tab[i] = 0
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -214,6 +216,7 @@ class PrefixCache:
                 nxt[p], prv[q] = q, p
             key[s] = h
             self._put(h, s)
+            self.epoch += 1
             last = prv[0]  # linked in as the most recently used
             prv[s], nxt[s] = last, 0
             nxt[last] = prv[0] = s

@@ -37,6 +37,8 @@ cdef class EngineState:
     cdef public bint start
     cdef public object tape
     cdef public list requeued, resumed
+    cdef long long _head, _head_epoch, _head_nb
+    cdef (long long, long long, long long) _head_skip
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled
 
@@ -86,7 +88,7 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, chunks=list,
-                   hit=cython.longlong, tok=cython.longlong,
+                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
                    prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:],
                    output=cython.longlong[:])
     cpdef tuple admit_kv(self, double now, long long n_dec, long long sum_ctx)

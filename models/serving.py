@@ -193,6 +193,9 @@ class EngineState:
         + ("cached", "px", "hashes", "hit", "start")
         # busy periods recorded or replayed at idle instants (models.tape; None: neither)
         + ("tape",)
+        # the head of the queue that did not fit (admit_kv) and what admitting it would take, as of the
+        # prefix cache's epoch: it asks again at every step, and the answer holds until the cache changes
+        + ("_head", "_head_epoch", "_head_skip", "_head_nb")
         # when running requests went back to the queue (preempted) and came back (re-admitted, swapped
         # in), in engine time: with the request times they give the queue and batch sizes at any
         # instant (sim.monitor's lazy samples)
@@ -265,6 +268,7 @@ class EngineState:
         self.start = prefix is not None or bool(c.any())
         del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
         self.tape = None
+        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
         self.requeued: list[float] = []
         self.resumed: list[float] = []
 
@@ -613,21 +617,29 @@ class EngineState:
             budget -= take
         admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
+        epoch = self.px.epoch if self.px is not None else 0
         while waiting and budget > 0 and room > 0 and not kv.swapped:
             rid = waiting[0]
             p = prompt[rid]
-            if kv.too_long(p + output[rid], p):
-                waiting.popleft()
-                kv.rejected += 1
-                continue
-            if start:  # the prefix cache's blocks it uses are held once, by the cache
-                got, hit, tok = self.skip(rid)
-                nb = blocks(p, kv.bs) - tok // kv.bs
+            if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
+                got, hit, tok = self._head_skip
+                nb = self._head_nb
             else:
-                got = hit = tok = 0
-                nb = blocks(p, kv.bs)
+                if kv.too_long(p + output[rid], p):
+                    waiting.popleft()
+                    kv.rejected += 1
+                    continue
+                if start:  # the prefix cache's blocks it uses are held once, by the cache
+                    got, hit, tok = self.skip(rid)
+                    nb = blocks(p, kv.bs) - tok // kv.bs
+                else:
+                    got = hit = tok = 0
+                    nb = blocks(p, kv.bs)
             if nb > free:
+                # (a request waiting keeps its prompt, its cached count and its original: only the cache moves)
+                self._head, self._head_epoch, self._head_skip, self._head_nb = rid, epoch, (got, hit, tok), nb
                 break
+            self._head = -1
             waiting.popleft()
             free -= nb
             kv.used += nb

@@ -163,6 +163,55 @@ def test_compiled_core_matches_pure_with_a_prefix_cache(monkeypatch):
     assert s["prefix_hit_rate"] > 0
 
 
+class _FreshCache(pure.CACHE):
+    """A prefix cache whose epoch moves at every read: the engine never reuses a blocked head's answers."""
+
+    __slots__ = ("_reads",)
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._reads = 0
+
+    @property
+    def epoch(self):
+        self._reads += 1
+        return self._reads
+
+    @epoch.setter
+    def epoch(self, v):
+        pass
+
+
+def test_blocked_head_memo_changes_nothing(monkeypatch):
+    """admit_kv keeps what admitting a head of the queue that did not fit would take, until the prefix
+    cache's set of hashes changes (its epoch). The same run with the memo never used (an epoch that
+    always moves) gives the same requests, and asks the cache more often."""
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 90.0, "drain_s": 20.0})
+    sc = with_overrides(sc, {**KV, "engine.kv_blocks": 2000})
+    asked = []
+    for cache in (pure.CACHE, _FreshCache):
+        calls = [0]
+        skip = pure.EngineState.skip
+
+        def counted(self, rid, skip=skip, calls=calls):
+            calls[0] += 1
+            return skip(self, rid)
+
+        monkeypatch.setattr(pure.EngineState, "skip", counted)
+        monkeypatch.setattr(engine, "EngineState", pure.EngineState)
+        monkeypatch.setattr(engine, "serve", pure.serve)
+        monkeypatch.setattr(build, "KVPool", pure.POOL)
+        monkeypatch.setattr(build, "PrefixCache", cache)
+        res = Fleet(resolve(sc), 0).run()
+        monkeypatch.undo()
+        asked.append((calls[0], res))
+    (n_memo, a), (n_fresh, b) = asked
+    assert n_memo < n_fresh  # the memo was used
+    for k in a.requests:
+        assert np.array_equal(a.requests[k], b.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
+    assert a.summary["preemptions"] == b.summary["preemptions"] and a.summary["prefix_hit_rate"] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 @pytest.mark.parametrize("v", range(len(VARIANTS)))
