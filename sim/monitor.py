@@ -217,7 +217,7 @@ class Monitor:
     def _fill_bulk(self, lo: int, hi: int) -> None:
         """`_fill` for many rows at once (a run's end, when no policy observed on the way), by sorted
         searches: arrivals and FCFS admissions are ascending per engine (a NaN tail not yet
-        admitted), finishes are counted in their sorted copy. Same integer counts, same cursors."""
+        admitted), finishes are binned by sample. Same integer counts, same cursors."""
         tl, cur, counts = self.tl, self._cursors, self.counts
         ts = np.asarray(tl["t"][lo:hi], dtype=float)
         arrived, queue, running = (np.zeros(hi - lo, dtype=np.int64) for _ in range(3))
@@ -227,7 +227,9 @@ class Monitor:
             seen = np.searchsorted(np.frombuffer(c.t_arr, dtype=np.float64, count=n), ts, "right")
             adm = np.searchsorted(c.admitted[:n], ts, "right")
             fin = c.finish[:n]
-            done = np.searchsorted(np.sort(fin), ts, "right")
+            # finishes by each sample time: each finish counts from the first sample at or after it
+            # (NaN, unfinished: past the last), so no sorted copy of the finish times is needed
+            done = np.cumsum(np.bincount(np.searchsorted(ts, fin, "left"), minlength=len(ts) + 1)[: len(ts)])
             out = np.searchsorted(c.requeued, ts, "right") - np.searchsorted(c.resumed, ts, "right")  # preempted
             arrived += np.diff(seen, prepend=cur[k][0])
             queue += seen - adm + out
