@@ -117,13 +117,18 @@ def compiled_serving():
     return mod
 
 
+def _use_core(mod, monkeypatch, cache=None) -> None:
+    """Build the fleet's engines on serving module `mod` (its pool, and its prefix cache or `cache`)."""
+    monkeypatch.setattr(engine, "EngineState", mod.EngineState)
+    monkeypatch.setattr(engine, "serve", mod.serve)
+    monkeypatch.setattr(build, "KVPool", mod.POOL)
+    monkeypatch.setattr(build, "PrefixCache", cache or mod.CACHE)
+
+
 def _same_run(sc, mod_a, mod_b, monkeypatch, seed: int = 0) -> dict:
     out = []
     for mod in (mod_a, mod_b):
-        monkeypatch.setattr(engine, "EngineState", mod.EngineState)
-        monkeypatch.setattr(engine, "serve", mod.serve)
-        monkeypatch.setattr(build, "KVPool", mod.POOL)
-        monkeypatch.setattr(build, "PrefixCache", mod.CACHE)
+        _use_core(mod, monkeypatch)
         out.append(Fleet(resolve(sc), seed).run())
     a, b = out
     assert a.requests.keys() == b.requests.keys()
@@ -198,10 +203,7 @@ def test_blocked_head_memo_changes_nothing(monkeypatch):
             return skip(self, rid)
 
         monkeypatch.setattr(pure.EngineState, "skip", counted)
-        monkeypatch.setattr(engine, "EngineState", pure.EngineState)
-        monkeypatch.setattr(engine, "serve", pure.serve)
-        monkeypatch.setattr(build, "KVPool", pure.POOL)
-        monkeypatch.setattr(build, "PrefixCache", cache)
+        _use_core(pure, monkeypatch, cache)
         res = Fleet(resolve(sc), 0).run()
         monkeypatch.undo()
         asked.append((calls[0], res))
