@@ -14,9 +14,22 @@ cdef class KVPool:
     cdef public long long hold, copy, copied
     cdef public object cnt
     cdef long long[:] _cnt
-    cdef public dict running, orig, shared, swapped
+    cdef public dict orig, swapped
+    cdef public object run_nxt, run_prv, share
+    cdef long long[:] _run_nxt, _run_prv, _share
+    cdef public long long n_running
     cdef public bint swap, holding, held
     cdef public double peak
+
+    cpdef room(self, long long n)
+
+    @cython.locals(s=cython.longlong, last=cython.longlong)
+    cpdef run_add(self, long long rid)
+
+    @cython.locals(s=cython.longlong, p=cython.longlong, q=cython.longlong)
+    cpdef run_del(self, long long rid)
+
+    cpdef long long last_running(self) except? -2
 
     cpdef apply_hold(self)
 
@@ -29,10 +42,10 @@ cdef class KVPool:
     cpdef long long need(self, long long m, long long t0, long long n_dec) except? -1
 
     @cython.locals(free=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], q=cython.longlong, r=cython.longlong,
-                   p0=cython.longlong, j=cython.longlong, s=cython.longlong)
+                   p=cython.longlong, j=cython.longlong, s=cython.longlong)
     cpdef long long safe_iters(self, long long t0, long long n_dec) except? -1
 
-    @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], p0=cython.longlong, s=cython.longlong,
-                   total=cython.longlong, x=cython.longlong, top=cython.longlong, count=cython.longlong,
+    @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], p=cython.longlong, s=cython.longlong,
+                   total=cython.longlong, x=cython.longlong, acc=cython.longlong, accr=cython.longlong,
                    q=cython.longlong, r=cython.longlong, pr=cython.longlong, u=cython.double)
     cpdef grow(self, long long k, long long t0, long long n_dec)

@@ -63,8 +63,14 @@ class KVPool:
     and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage), `copied`
     (blocks swapped out and in, with `swap`)."""
 
-    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "running", "seq_done", "orig") + (
-        "shared",
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "orig") + (
+        "run_nxt",
+        "run_prv",
+        "_run_nxt",
+        "_run_prv",
+        "n_running",
+        "share",
+        "_share",
         "swap",
         "swapped",
         "hold",
@@ -91,9 +97,15 @@ class KVPool:
         self.cnt = array("q", bytes(8 * block_size))  # decoders by phase
         self._cnt = self.cnt  # (the compiled pool's typed view of it: kv.pxd)
         self.used = 0
-        self.running: dict[int, None] = {}  # running requests in (re)admission order (preemption picks the last)
+        # the running requests in (re)admission order (preemption picks the last): a list linked through
+        # request r's node r + 1 (`run_nxt`, `run_prv`; node 0 is its head and tail), and per request the
+        # blocks a prefix cache holds for it (`share`: held once, for all; 0 when it is not running).
+        # Arrays over request ids, not dicts: every admission and finish updates them, and a typed
+        # array does it without boxing the id. The engine sizes them (`room`) as its requests grow.
+        self.run_nxt, self.run_prv, self.share = array("q", [0]), array("q", [0]), array("q")
+        self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share  # (typed views: kv.pxd)
+        self.n_running = 0
         self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
-        self.shared: dict[int, int] = {}  # running request -> its blocks the prefix cache holds (once, for all)
         self.preemptions = self.rejected = 0
         self.peak = 0.0
         self.sum_used = self.sum_cap = 0
@@ -107,6 +119,51 @@ class KVPool:
         self.holding = self.held = False
         self.swapped: dict[int, tuple[int, int]] = {}
         self.copy = self.copied = 0
+
+    # -- the running requests (by request id) --------------------------------------------------
+    def room(self, n: int) -> None:
+        """Room for requests 0 .. n-1 (the engine calls it as its request arrays grow)."""
+        more = n - len(self.share)
+        if more > 0:
+            self._run_nxt = self._run_prv = self._share = None  # (an array with a view cannot grow)
+            zeros = array("q", bytes(8 * more))
+            for a in (self.run_nxt, self.run_prv, self.share):
+                a.extend(zeros)
+            self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share
+
+    def run_add(self, rid: int) -> None:
+        """Request rid runs (admitted, re-admitted or swapped in): it becomes the last."""
+        s = rid + 1  # (the arrays are read through self: see models.prefix PrefixCache._find)
+        last = self._run_prv[0]
+        self._run_prv[s], self._run_nxt[s] = last, 0
+        self._run_nxt[last] = self._run_prv[0] = s
+        self.n_running += 1
+
+    def run_del(self, rid: int) -> None:
+        """Request rid stops running (finished or preempted)."""
+        s = rid + 1
+        p, q = self._run_prv[s], self._run_nxt[s]
+        self._run_nxt[p], self._run_prv[q] = q, p
+        self.n_running -= 1
+
+    def last_running(self) -> int:
+        """The most recently (re)admitted running request (-1: none)."""
+        return self._run_prv[0] - 1
+
+    @property
+    def running(self) -> dict[int, None]:
+        """The running requests in (re)admission order (a copy: for checks and tests)."""
+        out, nxt = {}, self.run_nxt
+        s = nxt[0]
+        while s:
+            out[s - 1] = None
+            s = nxt[s]
+        return out
+
+    @property
+    def shared(self) -> dict[int, int]:
+        """Request -> its blocks the prefix cache holds, for requests that have some (a copy)."""
+        return {rid: b for rid, b in enumerate(self.share) if b}
 
     def apply_hold(self) -> None:
         """The engine, before an iteration (models.serving make_room): merge buffers take their blocks
@@ -138,12 +195,13 @@ class KVPool:
         the engine made room for it)."""
         free, bs, cnt = self.cap - self.used, self.bs, self._cnt
         q, r = free // n_dec, free % n_dec  # (not divmod: the compiled pool computes these in C)
-        p0, j, s = t0 % bs, 0, 0
+        p, j, s = t0 % bs, 0, 0  # p: the phase of iteration t0 + j (a wrapping index: no division per step)
         while j < bs:
-            s += cnt[(p0 + j) % bs]
+            s += cnt[p]
             if s > r:
                 break
             j += 1
+            p = p + 1 if p + 1 < bs else 0
         return q * bs + j
 
     def grow(self, k: int, t0: int, n_dec: int) -> None:
@@ -154,18 +212,22 @@ class KVPool:
             self.used = used = used + self._cnt[t0 % self.bs]
             self.sum_used += used
         elif n_dec:
-            bs, cnt, p0 = self.bs, self._cnt, t0 % self.bs
+            # After iteration m = c*bs + x of the k (1 <= m <= k, 0 <= x < bs) the decoders took
+            # c*n_dec + pref(x) blocks, pref(x) being what the first x iterations of a cycle take. With
+            # k = q*bs + r, residue x occurs q times (q + 1 for 1 <= x <= r), so the sum over m is
+            # n_dec * sum(m // bs) + q * sum(pref(x), x < bs) + sum(pref(x), x <= r): one pass over the
+            # phases, adding only (no division per phase).
+            bs, cnt = self.bs, self._cnt
             q, r = k // bs, k % bs
-            s = total = pr = 0  # s: pref(x), the blocks the first x iterations of a cycle take
-            for x in range(bs if k >= bs else k + 1):  # (x > k: no iteration m = c*bs + x in [1, k])
+            p = t0 % bs  # the phase of the cycle's x-th iteration (a wrapping index)
+            s = acc = pr = accr = 0  # s: pref(x); acc: pref(0) + ... + pref(x)
+            for x in range(bs if q else r + 1):
+                acc += s
                 if x == r:
-                    pr = s
-                # iterations m = c*bs + x in [1, k] take c*n_dec + pref(x) in all
-                top = (k - x) // bs  # the largest c
-                count = top + 1 if x else top
-                if count > 0:
-                    total += n_dec * (top * (top + 1) // 2) + count * s
-                s += cnt[(p0 + x) % bs]
+                    pr, accr = s, acc
+                s += cnt[p]
+                p = p + 1 if p + 1 < bs else 0
+            total = n_dec * (bs * (q * (q - 1) // 2) + q * (r + 1)) + q * acc + accr
             self.sum_used += k * used + total
             self.used = used = used + q * n_dec + pr
         else:

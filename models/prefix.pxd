@@ -9,7 +9,6 @@ cdef unsigned long long M64, GOLDEN
 
 cdef class PrefixCache:
     cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch
-    cdef public dict mine
     cdef public object key, pin, prv, nxt, tab
     cdef long long[:] _key, _pin, _prv, _nxt, _tab
 
@@ -40,11 +39,11 @@ cdef class PrefixCache:
                    q=cython.longlong)
     cdef void _to_end(self, long long s) except *
 
-    @cython.locals(pin=cython.longlong[:], j=cython.longlong, s=cython.longlong, slots=list)
-    cpdef acquire(self, object rid, object hashes, long long k)
+    @cython.locals(j=cython.longlong, s=cython.longlong)
+    cpdef acquire(self, object hashes, long long k)
 
-    @cython.locals(slots=tuple, pin=cython.longlong[:], s=cython.longlong)
-    cpdef release(self, object rid)
+    @cython.locals(j=cython.longlong)
+    cpdef release(self, object hashes, long long k)
 
     @cython.locals(key=cython.longlong[:], pin=cython.longlong[:], prv=cython.longlong[:], nxt=cython.longlong[:],
                    h=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong, last=cython.longlong)

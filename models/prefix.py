@@ -8,7 +8,8 @@ in the cache, as vLLM matches a prefix block by block) and, if it admits the req
 request runs, because its KV for those blocks is the cache's copy. When its prefill completes the
 request's blocks are inserted (`insert`); a full cache evicts its least recently used unpinned
 entry, and when every entry is pinned the new block is not cached. `release` unpins a request's
-entries when it finishes or is preempted. docs/engine.md.
+entries when it finishes or is preempted (the engine keeps how many it pins: a pinned entry keeps
+its slot, so its hashes find them again). docs/engine.md.
 
 Capacity is counted in hash blocks (`capacity` blocks of `block_tokens` tokens). Statistics:
 `hit_tokens` and `prompt_tokens` over first admissions (their ratio is the run's prefix_hit_rate).
@@ -29,12 +30,12 @@ class PrefixCache:
     """An LRU of block hashes with ref-counted pins, in slots 1, 2, ...: the slots form a doubly
     linked list from least to most recently used (`prv`, `nxt`; slot 0 is the list's head and
     tail), with each slot's hash (`key`) and pins (`pin`); `tab` maps a hash to its slot (open
-    addressing, linear probing, at most half full; 0: empty). A pinned entry is never evicted, so a
-    request holds its entries by slot (`mine`). Hashes are 64-bit (models.traces checks a trace's).
+    addressing, linear probing, at most half full; 0: empty). A pinned entry is never evicted and
+    keeps its slot. Hashes are 64-bit (models.traces checks a trace's).
     The arrays grow with the entries, up to `capacity`; they are typed in C when setup.py compiles
     this module (prefix.pxd): every admission, prefill and finish asks it."""
 
-    __slots__ = ("capacity", "block_tokens", "key", "prv", "nxt", "pin", "size", "tab", "bits", "mine")
+    __slots__ = ("capacity", "block_tokens", "key", "prv", "nxt", "pin", "size", "tab", "bits")
     __slots__ += ("hit_tokens", "prompt_tokens", "epoch", "_key", "_prv", "_nxt", "_pin", "_tab")
 
     def __init__(self, capacity: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
@@ -46,7 +47,6 @@ class PrefixCache:
         self.key, self.pin, self.prv, self.nxt = (array("q", bytes(8 * n)) for _ in range(4))
         self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt  # (typed views)
         self._table(7)
-        self.mine: dict[int, tuple[int, ...]] = {}  # request -> the slots it pins
         self.hit_tokens = self.prompt_tokens = 0
         self.epoch = 0  # moves whenever the set of cached hashes changes: `lookup`'s answers hold until then
 
@@ -143,11 +143,6 @@ class PrefixCache:
             s = nxt[s]
         return out
 
-    @property
-    def held(self) -> dict[int, tuple[int, ...]]:
-        """Request -> the hashes it pins."""
-        return {rid: tuple(self.key[s] for s in slots) for rid, slots in self.mine.items()}
-
     # -- the engine's calls ----------------------------------------------------------------------
     def lookup(self, hashes) -> int:
         """How many of `hashes`' leading blocks are cached (no side effect)."""
@@ -169,28 +164,19 @@ class PrefixCache:
         prv[s], nxt[s] = last, 0
         nxt[last] = prv[0] = s
 
-    def acquire(self, rid: int, hashes, k: int) -> None:
-        """Request `rid` uses the cached first k blocks of `hashes`: they become the most recently
-        used, and stay pinned until `release(rid)`."""
-        if not k:
-            return
-        pin = self._pin
-        slots = []
+    def acquire(self, hashes, k: int) -> None:
+        """A request uses the cached first k blocks of `hashes`: they become the most recently used,
+        and stay pinned until `release(hashes, k)`."""
         for j in range(k):
             s = self._find(hashes[j])
             self._to_end(s)
-            pin[s] += 1
-            slots.append(s)
-        self.mine[rid] = tuple(slots)
+            self._pin[s] += 1
 
-    def release(self, rid: int) -> None:
-        """Request `rid` finished or was preempted: its entries are unpinned (they stay cached)."""
-        slots = self.mine.pop(rid, None)
-        if slots is None:
-            return
-        pin = self._pin
-        for s in slots:
-            pin[s] -= 1
+    def release(self, hashes, k: int) -> None:
+        """The request that acquired these k blocks finished or was preempted: they are unpinned (and
+        stay cached)."""
+        for j in range(k):
+            self._pin[self._find(hashes[j])] -= 1
 
     def insert(self, hashes) -> None:
         """A prompt with these block hashes has been computed: each block becomes the most recently

@@ -33,14 +33,14 @@ cdef class EngineState:
     cdef public bint slow
     cdef public object cached, hashes
     cdef public PrefixCache px
-    cdef public dict hit
+    cdef public object skipped, pinned
     cdef public bint start
     cdef public object tape
     cdef public list requeued, resumed
     cdef long long _head, _head_epoch, _head_nb
     cdef (long long, long long, long long) _head_skip
     cdef double[:] _admitted, _first_token, _finish, _t_arr
-    cdef long long[:] _prompt, _output, _prefilled
+    cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
@@ -50,7 +50,7 @@ cdef class EngineState:
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
-                   prefilled=cython.longlong[:], hit=dict)
+                   prefilled=cython.longlong[:], skipped=cython.longlong[:])
     cpdef tuple step_work(self, list chunks, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
@@ -77,6 +77,9 @@ cdef class EngineState:
 
     @cython.locals(px=PrefixCache)
     cpdef prefill_done(self, long long rid)
+
+    @cython.locals(k=cython.longlong)
+    cpdef unpin(self, long long rid)
 
     # with a KV pool (models.kv): every step books its blocks
     @cython.locals(kv=KVPool, total=cython.longlong, prompt=cython.longlong[:], output=cython.longlong[:])

@@ -189,8 +189,9 @@ class EngineState:
         + ("gate",)
         # cached prompt tokens: each request's given count (`cached`: its KV arrives with it), the
         # prefix cache (`px`, models.prefix; None: off) and each request's block hashes, the tokens a
-        # request in prefill skipped at its admission (`hit`), and whether admission asks (`start`)
-        + ("cached", "px", "hashes", "hit", "start")
+        # request in prefill skipped at its admission (`skipped`) and the cache's blocks it pins
+        # (`pinned`), and whether admission asks (`start`)
+        + ("cached", "px", "hashes", "skipped", "pinned", "_skipped", "_pinned", "start")
         # busy periods recorded or replayed at idle instants (models.tape; None: neither)
         + ("tape",)
         # the head of the queue that did not fit (admit_kv) and what admitting it would take, as of the
@@ -242,6 +243,10 @@ class EngineState:
         # per request, while it is in `prefilling`: its prompt tokens computed so far (else stale); an
         # array of Python ints, as the dict it replaces held (numpy's int64 would change the pure core's types)
         self.prefilled = array("q", bytes(8 * n))
+        # per request: the prompt tokens it skipped at its admission (cached), until its prefill is done
+        # (0 after); the prefix cache's blocks it pins (0: none, and nothing for `px.release` to do)
+        self.skipped = array("q", bytes(8 * n))
+        self.pinned = array("q", bytes(8 * n))
         self._views()
         self._grow()  # (the input arrays' views)
         self.next_i = 0  # next arrival not yet pulled into `waiting`
@@ -258,7 +263,7 @@ class EngineState:
         self.client = None
         self.tag: array | None = None
         self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
-        self.px, self.hit = prefix, {}
+        self.px = prefix
         self.hashes = None if hashes is None else list(hashes)
         if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
             raise ValueError("one cached-token count and one hash tuple per request")
@@ -310,14 +315,17 @@ class EngineState:
                 new = np.full(cap, NAN)
                 new[: len(old)] = old
                 setattr(self, name, new)
-            # (a new array, never resized in place: the compiled core holds a view of it)
-            self.prefilled = self.prefilled + array("q", bytes(8 * (cap - len(self.prefilled))))
+            # (new arrays, never resized in place: the compiled core holds views of them)
+            zeros = array("q", bytes(8 * (cap - len(self.prefilled))))
+            self.prefilled, self.skipped, self.pinned = self.prefilled + zeros, self.skipped + zeros, self.pinned + zeros
             self._views()
         self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
 
     def _views(self) -> None:
         self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
-        self._prefilled = self.prefilled
+        self._prefilled, self._skipped, self._pinned = self.prefilled, self.skipped, self.pinned
+        if self.kv is not None:
+            self.kv.room(len(self.finish))  # (the pool's per-request arrays: as many as the results')
 
     def _unview(self) -> None:
         """Drop the typed views of the input arrays before they grow (an array.array with a view on
@@ -406,11 +414,11 @@ class EngineState:
         a prompt)."""
         if not chunks:
             return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
-        prefilled, prompt, hit = self._prefilled, self.prompt, self.hit
+        prefilled, prompt, skipped = self._prefilled, self.prompt, self._skipped
         new = tokens = pf = pairs = 0
         for rid, take in chunks:
             got = prefilled[rid]
-            new += got == (hit.get(rid, 0) if hit else 0)  # its first chunk: from the tokens it skipped
+            new += got == skipped[rid]  # its first chunk: from the tokens it skipped
             tokens += got + take >= prompt[rid]
             pf += take
             pairs += take * got + take * (take + 1) // 2  # models.latency.attention_pairs
@@ -445,7 +453,7 @@ class EngineState:
                 if kv is not None:
                     self.release(rid, -1)
                 elif self.px is not None:
-                    self.px.release(rid)
+                    self.unpin(rid)
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
@@ -477,7 +485,7 @@ class EngineState:
             if kv is not None:
                 self.release(rid, due)
             elif px is not None:
-                px.release(rid)
+                self.unpin(rid)
             if done is not None:
                 done.append(rid)
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
@@ -508,19 +516,26 @@ class EngineState:
         px = self.px
         if px is not None:
             if k:  # a request without block hashes (a workload that has none) hits nothing
-                px.acquire(rid, self.hashes[rid], k)
+                px.acquire(self.hashes[rid], k)
+                self._pinned[rid] = k
             if first:
                 px.hit_tokens += tok
                 px.prompt_tokens += self._prompt[rid]
             kv = self.kv
             if kv is not None and tok >= kv.bs:
-                kv.shared[rid] = tok // kv.bs
-        if got:
-            self.hit[rid] = got
+                kv._share[rid] = tok // kv.bs
+        self._skipped[rid] = got
+
+    def unpin(self, rid: int) -> None:
+        """Request rid finished or was preempted: the prefix cache's blocks it pins are unpinned."""
+        k = self._pinned[rid]
+        if k:
+            self._pinned[rid] = 0
+            self.px.release(self.hashes[rid], k)
 
     def prefill_done(self, rid: int) -> None:
         """Request rid's prompt is computed: its blocks go into the prefix cache."""
-        self.hit.pop(rid, None)
+        self._skipped[rid] = 0
         px = self.px
         if px is not None and self.hashes is not None:
             hs = self.hashes[rid]
@@ -536,10 +551,11 @@ class EngineState:
         total = prompt[rid] + output[rid]
         if due >= 0:
             kv._cnt[(due + 1 - total) % kv.bs] -= 1
-        kv.used -= blocks(total - 1, kv.bs) - (kv.shared.pop(rid, 0) if kv.shared else 0)
+        kv.used -= blocks(total - 1, kv.bs) - kv._share[rid]
+        kv._share[rid] = 0
         if self.px is not None:
-            self.px.release(rid)
-        del kv.running[rid]
+            self.unpin(rid)
+        kv.run_del(rid)
         o = kv.orig.pop(rid, None) if kv.orig else None
         if o is not None:
             prompt[rid], output[rid] = o
@@ -552,8 +568,8 @@ class EngineState:
         need = kv._cnt[t % kv.bs] if n_dec else 0
         if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.kv apply_hold)
             kv.apply_hold()
-        while kv.used + need > kv.cap and kv.running:
-            n_dec, sum_ctx, need = self._preempt(next(reversed(kv.running)), t, n_dec, sum_ctx, need)
+        while kv.used + need > kv.cap and kv.n_running:
+            n_dec, sum_ctx, need = self._preempt(kv.last_running(), t, n_dec, sum_ctx, need)
         kv.need_now = need
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
         return n_dec, sum_ctx
@@ -567,15 +583,16 @@ class EngineState:
         `kv.swapped` (context, iterations left) to be swapped back in (`_swap_in`); a request still in
         prefill is recomputed either way."""
         kv, prompt, output = self.kv, self.prompt, self.output
-        del kv.running[rid]
+        kv.run_del(rid)
         kv.preemptions += 1
         self.requeued.append(self.now)
-        shared = kv.shared.pop(rid, 0) if kv.shared else 0  # blocks the prefix cache holds for it
+        shared = kv.share[rid]  # blocks the prefix cache holds for it
+        kv.share[rid] = 0
         if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
             self.cached[rid] = 0
-            self.hit.pop(rid, None)
+            self.skipped[rid] = 0
             if self.px is not None:
-                self.px.release(rid)
+                self.unpin(rid)
         if rid in self.prefilling:
             self.prefilling.remove(rid)
             kv.used -= blocks(prompt[rid], kv.bs) - shared
@@ -643,7 +660,7 @@ class EngineState:
             waiting.popleft()
             free -= nb
             kv.used += nb
-            kv.running[rid] = None
+            kv.run_add(rid)
             first = admitted[rid] != admitted[rid]  # NaN: first admission (a recomputed request keeps its own)
             if first:
                 admitted[rid] = now
@@ -680,7 +697,7 @@ class EngineState:
             kv.used += nb
             kv.need_now += cross
             kv.cnt[phase] += 1
-            kv.running[rid] = None
+            kv.run_add(rid)
             kv.copy += nb
             self.fin_heap.push(key(t + left, rid))
             n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1

@@ -67,7 +67,7 @@ def test_tiny_trace_hit_count_by_hand(tmp_path, ff):
     assert ft[1] == 10.0 + A + B * 512 + D  # only the uncached tokens are prefilled
     assert fin[1] == ft[1] + A + C * 1537 + D  # its decode reads the whole context
     assert ft[3] == 30.0 + A + B * 1 + D
-    assert list(px.entries) == [3, 9, 1, 2, 4] and not px.pins and not px.held  # LRU order, all unpinned
+    assert list(px.entries) == [3, 9, 1, 2, 4] and not px.pins  # LRU order, all unpinned
 
 
 def test_lru_eviction_and_pins_by_hand():
@@ -75,17 +75,17 @@ def test_lru_eviction_and_pins_by_hand():
     px.insert([10])
     px.insert([20])
     assert px.lookup([10, 20]) == 2 and px.lookup([20, 10]) == 2 and px.lookup([30, 10]) == 0
-    px.acquire(0, (10,), 1)  # 10 becomes the most recently used, pinned by request 0
+    px.acquire((10,), 1)  # 10 becomes the most recently used, pinned by request 0
     px.insert([30])  # full: evicts the least recently used unpinned entry, 20
     assert list(px.entries) == [10, 30]
-    px.acquire(1, (30,), 1)
+    px.acquire((30,), 1)
     px.insert([40])  # every entry pinned: not cached
     assert list(px.entries) == [10, 30] and px.pins == {10: 1, 30: 1}
-    px.release(0)
+    px.release((10,), 1)
     px.insert([40, 50])  # 10 unpinned: evicted for 40; 50 finds only 30 (pinned) and 40 (unpinned): evicts 40
     assert list(px.entries) == [30, 50]
-    px.release(1)
-    assert not px.pins and not px.held
+    px.release((30,), 1)
+    assert not px.pins
 
 
 def test_cached_tokens_api_skips_prefill():
@@ -103,7 +103,7 @@ def test_cached_tokens_api_skips_prefill():
     env.run()
     adm, ft, fin = s.results()
     assert list(ft) == [A + B * 500 + D * 2] * 2  # one iteration: 0 + 500 prompt tokens
-    assert list(fin) == [ft[0] + A + C * 2002 + D * 2] * 2 and not s.core.hit
+    assert list(fin) == [ft[0] + A + C * 2002 + D * 2] * 2 and not any(s.core.skipped)
 
 
 def _random_requests(seed: int, n: int):
@@ -129,7 +129,7 @@ def test_kv_conservation_with_shared_blocks_and_the_check_fires():
         shared_seen += bool(kv.shared)
     assert kv.preemptions > 10 and shared_seen > 100 and px.hit_tokens > 5000 and s.counts(np.inf).finished == 80
     assert kv.used == 0 and not kv.shared and not px.pins
-    kv.shared[0] = 1  # blocks counted shared for a request that is not running
+    kv.share[0] = 1  # blocks counted shared for a request that is not running
     with pytest.raises(inv.InvariantError, match="KV conservation, sidecar 0"):
         inv.check_kv(0, s.core)
 
@@ -208,7 +208,7 @@ class _ReferenceCache:
     slotted cache with its own hash table must match call for call."""
 
     def __init__(self, capacity: int):
-        self.capacity, self.entries, self.pins, self.held = capacity, OrderedDict(), {}, {}
+        self.capacity, self.entries, self.pins = capacity, OrderedDict(), {}
 
     def lookup(self, hashes) -> int:
         k = 0
@@ -218,15 +218,13 @@ class _ReferenceCache:
             k += 1
         return k
 
-    def acquire(self, rid, hashes, k) -> None:
-        if k:
-            for h in hashes[:k]:
-                self.entries.move_to_end(h)
-                self.pins[h] = self.pins.get(h, 0) + 1
-            self.held[rid] = tuple(hashes[:k])
+    def acquire(self, hashes, k) -> None:
+        for h in hashes[:k]:
+            self.entries.move_to_end(h)
+            self.pins[h] = self.pins.get(h, 0) + 1
 
-    def release(self, rid) -> None:
-        for h in self.held.pop(rid, ()):
+    def release(self, hashes, k) -> None:
+        for h in hashes[:k]:
             self.pins[h] -= 1
             if not self.pins[h]:
                 del self.pins[h]
@@ -244,6 +242,26 @@ class _ReferenceCache:
             self.entries[h] = None
 
 
+class _Requests:
+    """Which blocks each request pins (the engine's part: EngineState.pinned and the request's
+    hashes), driving both caches: a request holds one set of pins at a time."""
+
+    def __init__(self, *caches):
+        self.caches, self.held = caches, {}
+
+    def release(self, rid) -> None:
+        hashes = self.held.pop(rid, ())
+        for c in self.caches:
+            c.release(hashes, len(hashes))
+
+    def acquire(self, rid, hashes, k) -> None:
+        assert rid not in self.held  # (released first)
+        if k:
+            self.held[rid] = tuple(hashes[:k])
+        for c in self.caches:
+            c.acquire(hashes, k)
+
+
 # hashes from a few values (hits, collisions in the table) and the 64-bit extremes
 HASHES = st.lists(
     st.sampled_from([0, 1, 2, 3, 5, 8, 13, 1 << 16, 3 << 16, (1 << 48) | 7, 2**63 - 1, -(2**63)])
@@ -259,21 +277,19 @@ def test_cache_matches_the_reference_lru(capacity, ops):
     """Random admissions (lookup, then acquire), inserts and releases on the running core's cache and
     on the reference: the same hits, the same entries in the same LRU order, the same pins."""
     px, ref = PrefixCache(capacity), _ReferenceCache(capacity)
+    reqs = _Requests(px, ref)
     for op, rid, hashes in ops:
         if op == "admit":
-            px.release(rid)  # (a request holds one set of pins at a time)
-            ref.release(rid)
+            reqs.release(rid)  # (its pins go before it looks again)
             k = px.lookup(hashes)
             assert k == ref.lookup(hashes)
-            px.acquire(rid, tuple(hashes), k)
-            ref.acquire(rid, tuple(hashes), k)
+            reqs.acquire(rid, tuple(hashes), k)
         elif op == "insert":
             px.insert(tuple(hashes))
             ref.insert(tuple(hashes))
         else:
-            px.release(rid)
-            ref.release(rid)
-        assert px.entries == list(ref.entries) and px.pins == ref.pins and px.held == ref.held
+            reqs.release(rid)
+        assert px.entries == list(ref.entries) and px.pins == ref.pins
     assert len(px.entries) <= capacity
 
 
@@ -284,6 +300,7 @@ def test_cache_matches_the_reference_under_churn(capacity):
     rnd = random.Random(capacity)
     keys = [rnd.randrange(-(2**63), 2**63) for _ in range(3 * capacity + 20)]
     px, ref = PrefixCache(capacity), _ReferenceCache(capacity)
+    reqs = _Requests(px, ref)
     for _ in range(4000):
         hashes = tuple(rnd.choice(keys) for _ in range(rnd.randint(0, 4)))
         rid = rnd.randrange(8)
@@ -291,11 +308,9 @@ def test_cache_matches_the_reference_under_churn(capacity):
             px.insert(hashes)
             ref.insert(hashes)
         else:
-            px.release(rid)
-            ref.release(rid)
+            reqs.release(rid)
             k = px.lookup(hashes)
             assert k == ref.lookup(hashes)
-            px.acquire(rid, hashes, k)
-            ref.acquire(rid, hashes, k)
+            reqs.acquire(rid, hashes, k)
     assert px.entries == list(ref.entries) and px.pins == ref.pins
     assert all(px.lookup((h,)) == (h in ref.entries) for h in keys)
