@@ -317,7 +317,8 @@ class EngineState:
                 setattr(self, name, new)
             # (new arrays, never resized in place: the compiled core holds views of them)
             zeros = array("q", bytes(8 * (cap - len(self.prefilled))))
-            self.prefilled, self.skipped, self.pinned = self.prefilled + zeros, self.skipped + zeros, self.pinned + zeros
+            self.prefilled, self.skipped = self.prefilled + zeros, self.skipped + zeros
+            self.pinned = self.pinned + zeros
             self._views()
         self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
 
