@@ -251,3 +251,20 @@ def test_setup_and_loader_digest_the_same_sources():
     built = core.compiled_module()[0]
     if built is not None:
         assert built.SOURCE_DIGEST == core.source_digest()
+
+
+def test_fingerprints_repeat_and_tell_runs_apart(tmp_path, capsys):
+    """benchmarks/fingerprints.py, the check that a speed change changed no result: a capture repeats
+    byte for byte (tape sharing on and off alike), and its comparison names a run whose rows differ."""
+    from wadiloco.benchmarks import fingerprints as fp
+
+    grid = dict(scenarios=[ROOT / "scenarios" / "bursty.yaml"], variants={"kv": {"engine.kv_blocks": 1500}})
+    a = fp.capture(6.0, policies=("no_sync", "fixed"), **grid)
+    assert len(a) == 8 and a == fp.capture(6.0, policies=("no_sync", "fixed"), **grid)
+    share_on, share_off = (a[f"bursty/kv/fixed/seed0/share{s}"] for s in (1, 0))
+    assert share_on == share_off and a["bursty/kv/fixed/seed0/share1"] != a["bursty/kv/fixed/seed1/share1"]
+    assert fp.compare(a, dict(a)) == 0
+    b = dict(a)
+    plain = fp._scenario(*grid["scenarios"], {}, 6.0)  # (no KV pool: other rows)
+    b["bursty/kv/fixed/seed0/share1"] = fp.digest(fp.runner.run_one(plain, 0, "fixed"))
+    assert fp.compare(a, b) == 1 and "bursty/kv/fixed/seed0/share1" in capsys.readouterr().out
