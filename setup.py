@@ -100,6 +100,12 @@ def extensions() -> list:
             "binding": False,
             "embedsignature": False,
             "annotation_typing": False,
+            # Typed views index request ids and slots that the arrays' growth (EngineState._grow,
+            # KVPool.room, PrefixCache._room) keeps in range; unchecked, they cost a load each.
+            # Negative indices still wrap as in Python. The pure modules, which check every index,
+            # give the same rows bit for bit (tests/test_performance.py).
+            "boundscheck": False,
+            "initializedcheck": False,
         },
         include_path=[str(out)],  # where cythonize finds wadiloco/models/_*_c.pxd (the copies have no package)
         build_dir=str(ROOT / "build" / "cython-c"),

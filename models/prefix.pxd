@@ -35,8 +35,7 @@ cdef class PrefixCache:
     @cython.locals(k=cython.longlong, h=cython.longlong)
     cpdef long long lookup(self, object hashes) except? -1
 
-    @cython.locals(prv=cython.longlong[:], nxt=cython.longlong[:], last=cython.longlong, p=cython.longlong,
-                   q=cython.longlong)
+    @cython.locals(last=cython.longlong, p=cython.longlong, q=cython.longlong)
     cdef void _to_end(self, long long s) except *
 
     @cython.locals(j=cython.longlong, s=cython.longlong)
@@ -45,8 +44,7 @@ cdef class PrefixCache:
     @cython.locals(j=cython.longlong)
     cpdef release(self, object hashes, long long k)
 
-    @cython.locals(key=cython.longlong[:], pin=cython.longlong[:], prv=cython.longlong[:], nxt=cython.longlong[:],
-                   h=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong, last=cython.longlong)
+    @cython.locals(h=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong, last=cython.longlong)
     cpdef insert(self, object hashes)
 
     cpdef double hit_rate(self)

@@ -155,14 +155,13 @@ class PrefixCache:
 
     def _to_end(self, s: int) -> None:
         """Slot s (linked) becomes the most recently used."""
-        prv, nxt = self._prv, self._nxt
-        last = prv[0]
+        last = self._prv[0]
         if last == s:
             return
-        p, q = prv[s], nxt[s]
-        nxt[p], prv[q] = q, p
-        prv[s], nxt[s] = last, 0
-        nxt[last] = prv[0] = s
+        p, q = self._prv[s], self._nxt[s]
+        self._nxt[p], self._prv[q] = q, p
+        self._prv[s], self._nxt[s] = last, 0
+        self._nxt[last] = self._prv[0] = s
 
     def acquire(self, hashes, k: int) -> None:
         """A request uses the cached first k blocks of `hashes`: they become the most recently used,
@@ -183,7 +182,8 @@ class PrefixCache:
         used, evicting the least recently used unpinned entry when the cache is full; a block that
         finds every entry pinned is not cached (nor are the blocks after it)."""
         self._room(len(hashes))
-        key, pin, prv, nxt = self._key, self._pin, self._prv, self._nxt
+        # (the arrays are read through self, as in `_find`: compiled, four typed views taken into
+        # locals cost more reference counting than this loop does for a short prompt)
         for h in hashes:
             s = self._find(h)
             if s:
@@ -192,20 +192,20 @@ class PrefixCache:
             if self.size < self.capacity:
                 s = self.size = self.size + 1
             else:
-                s = nxt[0]  # the least recently used unpinned entry
-                while s and pin[s]:
-                    s = nxt[s]
+                s = self._nxt[0]  # the least recently used unpinned entry
+                while s and self._pin[s]:
+                    s = self._nxt[s]
                 if not s:
                     return
-                self._drop(key[s])
-                p, q = prv[s], nxt[s]
-                nxt[p], prv[q] = q, p
-            key[s] = h
+                self._drop(self._key[s])
+                p, q = self._prv[s], self._nxt[s]
+                self._nxt[p], self._prv[q] = q, p
+            self._key[s] = h
             self._put(h, s)
             self.epoch += 1
-            last = prv[0]  # linked in as the most recently used
-            prv[s], nxt[s] = last, 0
-            nxt[last] = prv[0] = s
+            last = self._prv[0]  # linked in as the most recently used
+            self._prv[s], self._nxt[s] = last, 0
+            self._nxt[last] = self._prv[0] = s
 
     def hit_rate(self) -> float:
         """Prompt tokens served from the cache over prompt tokens, at first admissions."""
