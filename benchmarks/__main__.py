@@ -1,7 +1,8 @@
 """`python -m wadiloco.benchmarks [--json] [--quick] [--runs N]`: how fast the simulator is, never asserted.
 
 Reports, for scenarios/bursty.yaml with the scenario's own policy:
-  realtime_factor_bursty  simulated seconds per wall second (env.run only), fast-forward on;
+  realtime_factor_bursty  simulated seconds per wall second of Fleet.run(): env.run and the run's
+                          results (request table, summary, timeline), fast-forward on;
   heapq_ratio             engine time over benchmarks/reference.py (plain heapq loop, same serving
                           model, one sidecar, no merges, same arrivals and latency model), same run,
                           the engine yielding a SimPy event at every step; heapq_ratio_lookahead the

@@ -3,8 +3,9 @@
 Timing rules: every figure is the median over `runs` repetitions; the runs of the modes being
 compared are interleaved (A B A B ...) so a change in machine load hits both alike; inputs
 (arrivals, latency fit) are built before the clock starts; one short untimed warm-up run comes first.
-Only `env.run` is timed for the fleet (building the fleet, which draws the arrivals, is reported
-separately as `setup_s`).
+The fleet's wall is `Fleet.run()`: env.run and the run's results (request table, summary, timeline;
+benchmarks/setup.py reports them apart as results_s). Building the fleet, which draws the arrivals,
+is reported separately as `setup_s`.
 """
 
 from __future__ import annotations
