@@ -42,23 +42,25 @@ cdef class EngineState:
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
-    @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
+    # the prefill chunks: (m, last, pf), no list (a step's chunks go to prefilling[:m])
+    @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
-                   chunks=list, prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:],
+                   rid=cython.longlong, prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:],
                    prompt=cython.longlong[:])
-    cpdef tuple admit(self, double now, long long n_dec, long long sum_ctx)
+    cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
-                   prefilled=cython.longlong[:], skipped=cython.longlong[:])
-    cpdef tuple step_work(self, list chunks, long long n_dec, double g)
+                   j=cython.longlong, prefilling=list, prefilled=cython.longlong[:], prompt=cython.longlong[:],
+                   skipped=cython.longlong[:])
+    cpdef tuple step_work(self, long long m, long long last, long long n_dec, double g)
 
-    @cython.locals(completed=cython.longlong, take=cython.longlong, got=cython.longlong,
+    @cython.locals(completed=cython.longlong, got=cython.longlong, j=cython.longlong,
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
-                   prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:], prompt=cython.longlong[:],
-                   output=cython.longlong[:])
-    cpdef (long long, long long) first_tokens(self, list chunks, double end, long long diter, long long n_dec,
-                                              long long sum_ctx)
+                   prefilling=list, prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:],
+                   prompt=cython.longlong[:], output=cython.longlong[:])
+    cpdef (long long, long long) first_tokens(self, long long m, long long last, double end, long long diter,
+                                              long long n_dec, long long sum_ctx)
 
     @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
                    prompt=cython.longlong[:], output=cython.longlong[:], kv=KVPool, px=PrefixCache, fin_heap=KeyHeap)
@@ -90,22 +92,22 @@ cdef class EngineState:
 
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
-                   nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, chunks=list,
+                   nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
                    hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
                    prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:],
                    output=cython.longlong[:])
-    cpdef tuple admit_kv(self, double now, long long n_dec, long long sum_ctx)
+    cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
 
 cdef class Steps:
     cdef public EngineState st
     cdef public object clock, bound, sp, tape
-    cdef public list chunks
     cdef public bint ff, slowed
-    cdef public long long k
+    cdef public long long k, m, last
     cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark
 
-    @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, chunks=list,
+    @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, m=cython.longlong,
+                   last=cython.longlong,
                    slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
                    a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
                    f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=list,
@@ -113,11 +115,12 @@ cdef class Steps:
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list)
+                   t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
+                   nxt=cython.double, vg=cython.double, vh=cython.double, vf=cython.double, fs=cython.double)
     cpdef int advance(self) except -1
 
 
 # a step of an engine with a KV pool, a prefix cache, a log or a client (which may grow the input arrays: no views)
-@cython.locals(kv=KVPool, finish=object, done=list)
-cpdef _book_slow(EngineState st, long long k, list chunks, double now, double end, long long diter,
+@cython.locals(kv=KVPool, finish=object, done=list, rids=list)
+cpdef _book_slow(EngineState st, long long k, long long m, long long last, double now, double end, long long diter,
                  long long n_dec, long long sum_ctx)

@@ -374,26 +374,29 @@ class EngineState:
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
     # -- rules 2 and 4 --------------------------------------------------------------------------
-    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[list[tuple[int, int]], int, int, int]:
-        """The prefill chunks (request, tokens) of the iteration starting at `now`, admitting
-        waiting requests as rule 2 allows; the prefill tokens they add up to; and (n_dec, sum_ctx),
-        which only `admit_kv` changes."""
+    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
+        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
+        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
+        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
+        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
+        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
         prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self._prefilled, self._prompt
         budget0 = self.budget
         budget = budget0 - n_dec
-        chunks: list[tuple[int, int]] = []
+        m = take = 0
         for rid in prefilling:
             if budget <= 0:
                 break
             take = prompt[rid] - prefilled[rid]
             take = take if take < budget else budget
-            chunks.append((rid, take))
+            m += 1
             budget -= take
         admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         while waiting and budget > 0 and room > 0:
-            rid = waiting.popleft()
+            r = waiting.popleft()  # (the queue's int object moves to prefilling: none is made anew)
+            rid = r
             admitted[rid] = now
-            prefilling.append(rid)
+            prefilling.append(r)
             if start:
                 got, hit, tok = self.skip(rid)
                 self.take_cached(rid, True, got, hit, tok)
@@ -402,42 +405,44 @@ class EngineState:
             prefilled[rid] = got
             take = prompt[rid] - got
             take = take if take < budget else budget
-            chunks.append((rid, take))
+            m += 1
             budget -= take
             room -= 1
-        return chunks, budget0 - n_dec - budget, n_dec, sum_ctx
+        return m, take, budget0 - n_dec - budget
 
-    def step_work(self, chunks: list[tuple[int, int]] | None, n_dec: int, g: float) -> tuple[float, float, float]:
-        """An iteration's GPU time (`g` plus e per causal attention pair of its chunks, each over the
-        prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens, and the API
-        server's time: fq per request admitted in it (a new admission has no prompt token computed
-        yet) and ft per output token it produces (one per decoder, a first token per chunk that ends
-        a prompt)."""
-        if not chunks:
+    def step_work(self, m: int, last: int, n_dec: int, g: float) -> tuple[float, float, float]:
+        """An iteration's GPU time (`g` plus e per causal attention pair of its m chunks (`admit`),
+        each over the prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens,
+        and the API server's time: fq per request admitted in it (a new admission has no prompt token
+        computed yet) and ft per output token it produces (one per decoder, a first token per chunk
+        that ends a prompt)."""
+        if not m:
             return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
-        prefilled, prompt, skipped = self._prefilled, self.prompt, self._skipped
+        prefilling, prefilled, prompt, skipped = self.prefilling, self._prefilled, self._prompt, self._skipped
         new = tokens = pf = pairs = 0
-        for rid, take in chunks:
+        for j in range(m):
+            rid = prefilling[j]
             got = prefilled[rid]
+            take = prompt[rid] - got if j < m - 1 else last
             new += got == skipped[rid]  # its first chunk: from the tokens it skipped
             tokens += got + take >= prompt[rid]
             pf += take
             pairs += take * got + take * (take + 1) // 2  # models.latency.attention_pairs
-        h = self.h + self.h1 * (n_dec + len(chunks)) + self.h2 * (n_dec + pf)
+        h = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
         return (g + self.e * pairs if self.e else g), h, self.fq * new + self.ft * (n_dec + tokens)
 
-    def first_tokens(self, chunks, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
-        """Rule 4 for the prefill `chunks` of an iteration ending at `end` (the `diter`-th):
-        first tokens, new decoders (and requests wanting one output token, finished). Returns
-        the new (n_dec, sum_ctx)."""
+    def first_tokens(self, m: int, last: int, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Rule 4 for the m prefill chunks (`admit`) of an iteration ending at `end` (the
+        `diter`-th): first tokens, new decoders (and requests wanting one output token, finished).
+        Returns the new (n_dec, sum_ctx)."""
         prompt, output, prefilled, first_token = self._prompt, self._output, self._prefilled, self._first_token
-        kv, start = self.kv, self.start
-        # chunks[j][0] == prefilling[j] (chunks go to prefilling requests in order, then to the
-        # new admissions appended to it), and only the last chunk can fall short of its prompt:
-        # the requests whose prefill completes are a prefix of `prefilling`.
+        kv, start, prefilling = self.kv, self.start, self.prefilling
+        # only the last chunk can fall short of its prompt: the requests whose prefill completes are
+        # a prefix of `prefilling`
         completed = 0
-        for rid, take in chunks:
-            got = prefilled[rid] + take
+        for j in range(m):
+            rid = prefilling[j]
+            got = prompt[rid] if j < m - 1 else prefilled[rid] + last
             if got < prompt[rid]:
                 prefilled[rid] = got
                 continue
@@ -615,29 +620,31 @@ class EngineState:
         self.waiting.appendleft(rid)
         return n_dec, sum_ctx, need
 
-    def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[list[tuple[int, int]], int, int, int]:
+    def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
         """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
         FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
-        too long ever to fit is rejected."""
+        too long ever to fit is rejected. Swapped-out decoders that come back change n_dec and
+        sum_ctx: published (`_swap_in`)."""
         if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
         prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self._prefilled, self.kv
         prompt, output = self._prompt, self._output
         budget0 = self.budget
         budget = budget0 - n_dec
-        chunks: list[tuple[int, int]] = []
+        m = take = 0
         for rid in prefilling:
             if budget <= 0:
                 break
             take = prompt[rid] - prefilled[rid]
             take = take if take < budget else budget
-            chunks.append((rid, take))
+            m += 1
             budget -= take
         admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
         while waiting and budget > 0 and room > 0 and not kv.swapped:
-            rid = waiting[0]
+            r = waiting[0]  # (the queue's int object moves to prefilling: none is made anew)
+            rid = r
             p = prompt[rid]
             if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
                 got, hit, tok = self._head_skip
@@ -667,16 +674,17 @@ class EngineState:
                 admitted[rid] = now
             else:
                 self.resumed.append(now)
-            prefilling.append(rid)
+            prefilling.append(r)
             if start:
                 self.take_cached(rid, first, got, hit, tok)
             prefilled[rid] = got
             take = p - got
             take = take if take < budget else budget
-            chunks.append((rid, take))
+            m += 1
             budget -= take
             room -= 1
-        return chunks, budget0 - n_dec - budget, n_dec, sum_ctx
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return m, take, budget0 - n_dec - budget
 
     def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Before iteration t, after `make_room`: swapped-out decoders come back FCFS while their
@@ -716,7 +724,9 @@ class EngineState:
         return k
 
 
-def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: int, n_dec: int, sum_ctx: int):
+def _book_slow(
+    st: EngineState, k: int, m: int, last: int, now: float, end: float, diter: int, n_dec: int, sum_ctx: int
+):
     """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
     pool (which books the iterations' blocks and takes back a finished request's), a prefix cache, a
     log or a client (which hears of every request finished at `end`, also one-token requests
@@ -727,13 +737,16 @@ def _book_slow(st: EngineState, k: int, chunks, now: float, end: float, diter: i
         st.log.append((now, end))
     if kv is not None:
         kv.grow(k, diter - k, n_dec)
-    if chunks:
-        n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
     if client is None:
+        if m:
+            n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
         st.finish_due(end, diter, n_dec, sum_ctx, None)
         return
+    rids = st.prefilling[:m]  # (first_tokens takes those whose prefill completes off the list)
+    if m:
+        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
     finish = st.finish
-    done = [r for r, _ in chunks if finish[r] == end] if chunks else []
+    done = [r for r in rids if finish[r] == end]
     st.finish_due(end, diter, n_dec, sum_ctx, done)
     if done:
         client.finished(st, done, end)
@@ -773,18 +786,19 @@ IDLE, RUN, SHARED, DONE = 0, 1, 2, 3  # what `Steps.advance` hands `serve` to do
 
 class Steps:
     """`serve`'s registers between two of the simulator's events: the step in hand (k iterations
-    ending at `end`, their prefill `chunks`, `slowed`: run below full speed), the simulator's clock
-    `t_sim`, what an interrupted step needs (its work g0, h, f, closed-form terms sg, sdg, sh, dg and
-    speeds sp) and the next instant a tape is consulted (`mark`: models.tape; inf: off tape).
+    ending at `end`, its m prefill chunks, the last taking `last` tokens: `EngineState.admit`;
+    `slowed`: run below full speed), the simulator's clock `t_sim`, what an interrupted step needs
+    (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the next instant a tape
+    is consulted (`mark`: models.tape; inf: off tape).
     `advance` runs steps until one needs the simulator; with the compiled core (serving.pxd) it runs
     in C, called once per SimPy event rather than once per step."""
 
-    __slots__ = ("st", "clock", "bound", "ff", "k", "end", "chunks", "slowed", "t_sim", "sp", "delay")
+    __slots__ = ("st", "clock", "bound", "ff", "k", "end", "m", "last", "slowed", "t_sim", "sp", "delay")
     __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark")
 
     def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
         self.st, self.clock, self.bound, self.ff = st, clock, bound, ff
-        self.k, self.end, self.chunks, self.slowed, self.t_sim, self.sp = 0, st.now, None, False, st.now, FULL3
+        self.k, self.end, self.m, self.last, self.slowed, self.t_sim, self.sp = 0, st.now, 0, 0, False, st.now, FULL3
         self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = 0.0
         self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
         self.tape, self.mark = st.tape, -INF if st.tape else INF
@@ -794,7 +808,7 @@ class Steps:
         request served), IDLE or RUN (wait `delay`, a RUN step interruptibly), SHARED (run g0, h, f
         as jobs on the links). Publishes `st` at every step (module docstring: the rules)."""
         st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
-        k, end, chunks, slowed, t_sim = self.k, self.end, self.chunks, self.slowed, self.t_sim
+        k, end, m, last, slowed, t_sim = self.k, self.end, self.m, self.last, self.slowed, self.t_sim
         g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
         t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
@@ -808,11 +822,11 @@ class Steps:
                 st.contended += k if slowed else 0
                 if slow:  # a KV pool, a prefix cache, a log or a client books it
                     t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
-                    _book_slow(st, k, chunks, now, end, diter, n_dec, sum_ctx)
+                    _book_slow(st, k, m, last, now, end, diter, n_dec, sum_ctx)
                     n, t_arr = st.n, st._t_arr
                 else:
-                    if chunks:
-                        n_dec, sum_ctx = st.first_tokens(chunks, end, diter, n_dec, sum_ctx)
+                    if m:
+                        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
                     st.finish_due(end, diter, n_dec, sum_ctx, None)
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx
             now = end
@@ -824,9 +838,13 @@ class Steps:
                 mark = tape.mark(st, until, gpu_jobs or host_jobs)
                 now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
             if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
-                if i >= n and gate.until == INF:
-                    return DONE
-                k, end = 0, now + (span := (t_arr[i] if i < n else gate.until) - now)
+                if i < n:  # (statements, not `x if c else y`: the compiled core keeps both sides C doubles)
+                    nxt = t_arr[i]
+                else:
+                    nxt = gate.until  # a client's next request (inf: none)
+                    if nxt == INF:
+                        return DONE
+                k, end = 0, now + (span := nxt - now)
                 if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
                     i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
                     continue
@@ -837,33 +855,44 @@ class Steps:
             if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
                 n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
             if prefilling or waiting or kv is not None and kv.swapped:  # rules 2 and 3
-                chunks, pf, n_dec, sum_ctx = st.admit_kv(now, n_dec, sum_ctx) if kv else st.admit(now, n_dec, sum_ctx)
-                g0 = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
+                if kv is not None:
+                    m, last, pf = st.admit_kv(now, n_dec, sum_ctx)
+                    n_dec, sum_ctx = st.n_dec, st.sum_ctx
+                else:
+                    m, last, pf = st.admit(now, n_dec, sum_ctx)
+                g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
             else:
-                chunks, g0 = None, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+                m, g0 = 0, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
             if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
-                g0, h, f = st.step_work(chunks, n_dec, g0)
-            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
+                g0, h, f = st.step_work(m, last, n_dec, g0)
+            sg, sh, slowed, dg, sdg, fs = g0, h, False, c * n_dec, c * n_dec, f
             if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
                 rg, rh, rf = sp = clock.speeds()
                 if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
                     what = SHARED
                     break
-                sg, sdg, sh, slowed, self.sp = g0 / rg, dg / rg, h / rh, rg < 1.0 or rh < 1.0 or rf < 1.0, sp
+                vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
+                sg, sdg, sh, slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
+                if slowed:
+                    fs = f / vf
             if extra:  # what the closed forms take (g0, h) for the generation
-                sg, sh = compose(sg, sh, f / rf if slowed else f, seq)
+                sg, sh = compose(sg, sh, fs, seq)
             k, span = 1, (sh if sh > sg else sg)
-            if ff and n_dec and not chunks:
+            if ff and n_dec and not m:
                 k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
                 span = run_time(k, sg, sdg, sh)
-                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := (t_arr[i] if i < n else gate.until) - now):
+                if k > 1 and (n_dec < max_seqs or i >= n):
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks
-                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
+                    if i < n:
+                        if span > (gap := t_arr[i] - now):
+                            k, span = reach(gap, sg, sdg, sh, k)
+                    elif span > (gap := (nxt := gate.until) - now):
+                        k, span = before(gap, sg, sdg, sh, k)
             end = now + span
             if end >= until:
                 what = RUN
                 break
-        self.k, self.end, self.chunks, self.slowed, self.mark = k, end, chunks, slowed, mark
+        self.k, self.end, self.m, self.last, self.slowed, self.mark = k, end, m, last, slowed, mark
         self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg = g0, h, f, sg, sdg, sh, dg
         if what != SHARED:
             self.delay = span if t_sim == now else delay_to(t_sim, end)
