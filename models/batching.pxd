@@ -14,14 +14,14 @@ cpdef double run_time(long long k, double g0, double dg, double h) except? -1.0
 @cython.locals(m_all=cython.longlong, x=cython.double, t2=cython.double, base=cython.double, bq=cython.double)
 cpdef long long _guess(double t, double g0, double dg, double h, long long kmax) except? -1
 
-@cython.locals(k=cython.longlong, r=cython.double)
-cpdef tuple _search(double t, double g0, double dg, double h, long long kmax)
+@cython.locals(k=cython.longlong, r=cython.double, up=cython.double)
+cpdef (long long, double, double) _search(double t, double g0, double dg, double h, long long kmax)
+
+@cython.locals(k=cython.longlong, r=cython.double, up=cython.double)
+cpdef (long long, double) reach(double t, double g0, double dg, double h, long long kmax)
 
 @cython.locals(k=cython.longlong, r=cython.double)
-cpdef tuple reach(double t, double g0, double dg, double h, long long kmax)
+cpdef (long long, double) before(double t, double g0, double dg, double h, long long kmax)
 
 @cython.locals(k=cython.longlong, r=cython.double)
-cpdef tuple before(double t, double g0, double dg, double h, long long kmax)
-
-@cython.locals(k=cython.longlong, r=cython.double)
-cpdef tuple split(double t, double g0, double dg, double h, long long kmax)
+cpdef (long long, double) split(double t, double g0, double dg, double h, long long kmax)

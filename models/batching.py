@@ -118,17 +118,18 @@ def _guess(t: float, g0: float, dg: float, h: float, kmax: int) -> int:
     return kmax if x >= kmax else (int(x) if x > 0 else 0)  # (NaN: 0)
 
 
-def _search(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float, float | None]:
+def _search(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, float, float]:
     """The largest k <= kmax whose run ends by t, its run time, and that of k + 1 when the
-    search computed it."""
+    search computed it (-1.0 when not: a run time is never negative; no None, so the compiled
+    module returns three C values)."""
     k = _guess(t, g0, dg, h, kmax)
     r = run_time(k, g0, dg, h)
-    up = None
+    up = -1.0
     while k < kmax:
         up = run_time(k + 1, g0, dg, h)
         if up > t:
             break
-        k, r, up = k + 1, up, None
+        k, r, up = k + 1, up, -1.0
     while k > 0 and r > t:
         k, up = k - 1, r
         r = run_time(k, g0, dg, h)
@@ -146,7 +147,7 @@ def reach(t: float, g0: float, dg: float, h: float, kmax: int) -> tuple[int, flo
     k, r, up = _search(t, g0, dg, h, kmax)
     if r < t and k < kmax:
         k += 1
-        r = run_time(k, g0, dg, h) if up is None else up
+        r = run_time(k, g0, dg, h) if up < 0.0 else up
     if k < 1:
         return 1, run_time(1, g0, dg, h)
     return k, r
