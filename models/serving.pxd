@@ -116,7 +116,7 @@ cdef class Steps:
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
                    t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
-                   nxt=cython.double, vg=cython.double, vh=cython.double, vf=cython.double, fs=cython.double)
+                   queue=object, nxt=cython.double, vg=cython.double, vh=cython.double, vf=cython.double, fs=cython.double)
     cpdef int advance(self) except -1
 
 

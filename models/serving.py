@@ -813,6 +813,7 @@ class Steps:
         t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
         waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
+        queue = waiting.append  # (bound once: a method looked up per arrival costs more than the append)
         gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
         until = bound.until  # (only SimPy events move it: constant while this runs)
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
@@ -831,7 +832,7 @@ class Steps:
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx
             now = end
             while i < n and t_arr[i] <= now:  # rule 1
-                waiting.append(i)
+                queue(i)
                 i += 1
             st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
             if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
