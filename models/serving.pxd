@@ -116,8 +116,11 @@ cdef class Steps:
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
                    t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
-                   queue=object, nxt=cython.double, vg=cython.double, vh=cython.double, vf=cython.double, fs=cython.double)
+                   queue=object, vg=cython.double, vh=cython.double, vf=cython.double)
     cpdef int advance(self) except -1
+
+
+cdef double _next_at(EngineState st, long long i) except? -1.0
 
 
 # a step of an engine with a KV pool, a prefix cache, a log or a client (which may grow the input arrays: no views)

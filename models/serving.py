@@ -804,17 +804,15 @@ class Steps:
         self.tape, self.mark = st.tape, -INF if st.tape else INF
 
     def advance(self) -> int:
-        """Book the step in hand and run the next ones until one needs the simulator: DONE (every
-        request served), IDLE or RUN (wait `delay`, a RUN step interruptibly), SHARED (run g0, h, f
-        as jobs on the links). Publishes `st` at every step (module docstring: the rules)."""
+        """Book the step in hand and run the next ones until one needs the simulator: DONE (all served), IDLE
+        or RUN (wait `delay`; RUN interruptibly), SHARED (run g0, h, f as jobs on the links). Publishes `st`."""
         st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
         k, end, m, last, slowed, t_sim = self.k, self.end, self.m, self.last, self.slowed, self.t_sim
         g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
         t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
         waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
-        queue = waiting.append  # (bound once: a method looked up per arrival costs more than the append)
-        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
+        gpu_jobs, host_jobs, now, i, queue = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i, waiting.append
         until = bound.until  # (only SimPy events move it: constant while this runs)
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
         while True:
@@ -839,13 +837,9 @@ class Steps:
                 mark = tape.mark(st, until, gpu_jobs or host_jobs)
                 now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
             if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
-                if i < n:  # (statements, not `x if c else y`: the compiled core keeps both sides C doubles)
-                    nxt = t_arr[i]
-                else:
-                    nxt = gate.until  # a client's next request (inf: none)
-                    if nxt == INF:
-                        return DONE
-                k, end = 0, now + (span := nxt - now)
+                if i >= n and gate.until == INF:
+                    return DONE
+                k, end = 0, now + (span := _next_at(st, i) - now)
                 if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
                     i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
                     continue
@@ -856,17 +850,14 @@ class Steps:
             if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
                 n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
             if prefilling or waiting or kv is not None and kv.swapped:  # rules 2 and 3
-                if kv is not None:
-                    m, last, pf = st.admit_kv(now, n_dec, sum_ctx)
-                    n_dec, sum_ctx = st.n_dec, st.sum_ctx
-                else:
-                    m, last, pf = st.admit(now, n_dec, sum_ctx)
+                m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
+                n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
                 g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
             else:
                 m, g0 = 0, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
             if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
                 g0, h, f = st.step_work(m, last, n_dec, g0)
-            sg, sh, slowed, dg, sdg, fs = g0, h, False, c * n_dec, c * n_dec, f
+            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
             if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
                 rg, rh, rf = sp = clock.speeds()
                 if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
@@ -874,21 +865,15 @@ class Steps:
                     break
                 vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
                 sg, sdg, sh, slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
-                if slowed:
-                    fs = f / vf
             if extra:  # what the closed forms take (g0, h) for the generation
-                sg, sh = compose(sg, sh, fs, seq)
+                sg, sh = compose(sg, sh, f / vf if slowed else f, seq)
             k, span = 1, (sh if sh > sg else sg)
             if ff and n_dec and not m:
                 k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
                 span = run_time(k, sg, sdg, sh)
-                if k > 1 and (n_dec < max_seqs or i >= n):
+                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks
-                    if i < n:
-                        if span > (gap := t_arr[i] - now):
-                            k, span = reach(gap, sg, sdg, sh, k)
-                    elif span > (gap := (nxt := gate.until) - now):
-                        k, span = before(gap, sg, sdg, sh, k)
+                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
             end = now + span
             if end >= until:
                 what = RUN
@@ -898,6 +883,15 @@ class Steps:
         if what != SHARED:
             self.delay = span if t_sim == now else delay_to(t_sim, end)
         return what
+
+
+def _next_at(st: EngineState, i: int) -> float:
+    """When an engine whose next request is i next has one to take: i's arrival, or else a client's
+    next request (inf: none). (A function, not `x if c else y` inline: the compiled core keeps it a C
+    double, where the inline expression would mix a C double and a Python float.)"""
+    if i < st.n:
+        return st._t_arr[i]
+    return st.gate.until
 
 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
