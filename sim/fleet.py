@@ -11,6 +11,7 @@ the few others it calls, never the fleet.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +62,7 @@ class RunResult:
     summary: dict[str, Any]
     requests: dict[str, np.ndarray] = field(repr=False)
     merges: list[MergeRecord] = field(repr=False)
-    timeline: dict[str, np.ndarray] = field(repr=False)
+    timeline: Mapping[str, np.ndarray] = field(repr=False)  # filled when first read (sim.monitor Timeline)
     decisions: list[tuple[int, float, bool]] = field(repr=False)
     scenario_digest: str = ""  # Scenario.digest() of what ran
     policy_params: dict[str, Any] = field(default_factory=dict)  # the policy's params, defaults filled in
@@ -251,7 +252,7 @@ class Fleet:
             summary,
             req,
             merges,
-            self.monitor.timeline(),
+            self.monitor.lazy_timeline(),
             list(self.trainer.decision_log),
             self.sc.digest(),
             self.r.params.model_dump(mode="json"),

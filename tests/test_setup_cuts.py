@@ -188,12 +188,31 @@ def test_lazy_timeline_filled_in_bulk_is_the_row_loop(name, policy, monkeypatch)
         monkeypatch.setattr(monitor.Monitor, "_fill_bulk", lambda m, lo, hi: calls.append(hi - lo) or real(m, lo, hi))
         fleet = Fleet(resolve(sc, policy, {"H": 128} if policy == "fixed" else None), 2)
         assert fleet.monitor.lazy
-        res = fleet.run()
+        tl = dict(fleet.run().timeline)  # (read here: a run's timeline is filled when first read)
         monkeypatch.undo()
-        return res.timeline, calls
+        return tl, calls
 
     (bulk, used), (loop, unused) = timeline(32), timeline(10**9)
     assert used and not unused and sum(used) > 50  # the sorted searches filled most rows
     assert bulk.keys() == loop.keys()
     for k in bulk:
         assert np.asarray(bulk[k]).tobytes() == np.asarray(loop[k]).tobytes(), k
+
+
+def test_a_runs_timeline_is_filled_when_first_read_and_pickles_as_a_dict():
+    """Fleet.run hands back the timeline unfilled (a sweep reads few); read or pickled, it is the
+    monitor's timeline as filled at the run's end, column for column."""
+    import pickle
+
+    from wadiloco.sim.fleet import Fleet
+
+    sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 60.0, "drain_s": 5.0})
+    fleet = Fleet(resolve(sc), 1)
+    res = fleet.run()
+    assert res.timeline._cols is None  # nothing filled yet
+    back = pickle.loads(pickle.dumps(res.timeline))
+    assert type(back) is dict and res.timeline._monitor is None  # filled once, the monitor let go
+    want = fleet.monitor.timeline()  # (filling again adds no rows)
+    assert list(back) == list(want) == list(res.timeline) and len(want["t"]) > 50
+    for k in want:
+        assert back[k].tobytes() == want[k].tobytes() == res.timeline[k].tobytes(), k
