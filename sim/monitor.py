@@ -342,7 +342,7 @@ class Monitor:
 class Timeline(Mapping):
     """A finished run's timeline (`Monitor.timeline`), built when first read: a sweep keeps the
     timelines of few runs (the timeline seed's), and filling the engine columns from the request
-    times is ~8 ms of every run. Until then it holds the monitor (and so the fleet's engines, whose
+    times is ~5 ms of every run. Until then it holds the monitor (and so the fleet's engines, whose
     times it reads and which nothing changes once the run has ended); pickled, it is a dict."""
 
     def __init__(self, monitor: Monitor):
