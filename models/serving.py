@@ -683,7 +683,6 @@ class EngineState:
             m += 1
             budget -= take
             room -= 1
-        self.n_dec, self.sum_ctx = n_dec, sum_ctx
         return m, take, budget0 - n_dec - budget
 
     def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
