@@ -1,8 +1,9 @@
 """Build the compiled serving core (issue 16): Cython, pure-Python mode, from the project's own sources.
 
-models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic (plain Python;
-models/*.pxd beside them add C types where they pay). At build time each is copied under a name of
-its own (`wadiloco.models._batching_c`, `_kv_c`, `_prefix_c`, `_serving_c`; the compiled serving imports
+models/batching.py, models/kv.py and models/serving.py stay the one source of the engine's logic, and
+models/fairshare.py of the fabric's re-allocations (plain Python; models/*.pxd beside them add C types
+where they pay). At build time each is copied under a name of its own (`wadiloco.models._batching_c`,
+`_fairshare_c`, `_kv_c`, `_prefix_c`, `_serving_c`; the compiled serving imports
 the compiled batching, KV pool and prefix cache, and models/heap.py's `_heap_c` KeyHeap in place of ListHeap) with
 the digest of the sources it was built from, and compiled. The compiled module never shadows the .py:
 models/core.py imports it only if that digest matches the sources beside it, else it warns once and
@@ -23,6 +24,7 @@ MODELS = ROOT / "models"
 # (compiled module, its source, the imports its copy takes from the compiled modules instead)
 MODULES = (
     ("_batching_c", "batching", ()),
+    ("_fairshare_c", "fairshare", ()),
     ("_heap_c", "heap", ()),
     ("_kv_c", "kv", ()),
     ("_prefix_c", "prefix", ()),

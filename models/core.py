@@ -1,9 +1,9 @@
 """Which serving core runs: the compiled one (setup.py: Cython from models/serving.py, batching.py,
-heap.py, kv.py and prefix.py) or the pure-Python modules themselves. Import the engine's entry points
-from here.
+heap.py, kv.py, prefix.py and fairshare.py) or the pure-Python modules themselves. Import the engine's
+entry points, and the fabric's fair shares, from here.
 
 The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_heap_c`, `_kv_c`,
-`_prefix_c`), so they never shadow the .py files, and they carry the digest of the sources they were
+`_prefix_c`, `_fairshare_c`), so they never shadow the .py files, and they carry the digest of the sources they were
 built from. They are used only if it matches the sources beside this file: a tree edited since the
 build runs its pure modules, with one warning, and results never depend on whether a binary is stale.
 $WADILOCO_PURE=1 (or the CLI's and the benchmark's `--pure`, which set it) picks the pure modules.
@@ -24,6 +24,8 @@ HERE = Path(__file__).resolve().parent
 SOURCES = (
     "batching.py",
     "batching.pxd",
+    "fairshare.py",
+    "fairshare.pxd",
     "heap.py",
     "heap.pxd",
     "kv.py",
@@ -76,3 +78,19 @@ serving, KIND = select()
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
 KVPool = serving.POOL  # the block pool class the selected core was built with (models.kv)
 PrefixCache = serving.CACHE  # and the prefix cache class (models.prefix)
+
+
+def _twin(name: str) -> ModuleType:
+    """models/<name>.py's compiled copy when the compiled core runs (built with it, from the same
+    digest), else the module itself."""
+    if KIND == "compiled":
+        try:
+            mod = import_module(f"wadiloco.models._{name}_c")
+            if getattr(mod, "SOURCE_DIGEST", None) == getattr(serving, "SOURCE_DIGEST", None):
+                return mod
+        except ImportError:  # (setup.py's extensions are optional: a failed one leaves the pure module)
+            pass
+    return import_module(f"wadiloco.models.{name}")
+
+
+fair_share = _twin("fairshare").fair_share  # every shared resource's re-allocation (sim.fabric)

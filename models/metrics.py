@@ -215,9 +215,12 @@ def violations(r: dict[str, np.ndarray], ttft_slo: float | None, tpot_slo: float
 
 def _pct(x: np.ndarray, *q: float) -> list[float]:
     """Percentiles `q` of the non-NaN values, NaN if there are none; one np.percentile call for all
-    of them (the same values as one call each: the same order statistics, interpolated alike)."""
-    x = x[~np.isnan(x)]
-    return [float(v) for v in np.percentile(x, q)] if len(x) else [float("nan")] * len(q)
+    of them (the same values as one call each: the same order statistics, interpolated alike).
+    np.percentile reads only the order statistics, so it gives the same bits on a sorted copy, where
+    NaNs sort last and its partition is cheap (a vectorised sort beats its multi-kth select)."""
+    xs = np.sort(x)
+    k = int(np.searchsorted(xs, np.inf, "right")) if len(xs) and np.isnan(xs[-1]) else len(xs)
+    return [float(v) for v in np.percentile(xs[:k], q, overwrite_input=True)] if k else [float("nan")] * len(q)
 
 
 def summarize(

@@ -26,16 +26,19 @@ every job there runs at its own cap whatever else arrives, so nothing the engine
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 
 import simpy
+
+from wadiloco.models.core import fair_share
 
 INF = math.inf
 EPS = 1e-12
 
 
 class Link:
-    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "peak_load", "fabric")
+    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "fabric", "idx")
 
     def __init__(self, name: str, capacity: float):
         if not capacity > 0:
@@ -45,22 +48,28 @@ class Link:
         self.jobs: list[Job] = []
         self.occupant: Callable[[], None] | None = None
         self.used = 0.0  # integral of allocated rate over time (capacity-units * s)
-        self.peak_load = 0.0  # largest allocated rate / capacity seen
         self.fabric: Fabric | None = None
+        self.idx = -1  # its index in its fabric's arrays (Fabric.link)
 
     @property
     def unlimited(self) -> bool:
         return self.capacity == INF
+
+    @property
+    def peak_load(self) -> float:
+        """The largest allocated rate / capacity seen."""
+        return self.fabric._peak[self.idx] if self.fabric is not None else 0.0
 
     def idle(self) -> bool:
         return not self.jobs
 
 
 class Job:
-    __slots__ = ("links", "remaining", "weight", "max_rate", "rate", "finish", "done", "tag", "started")
+    __slots__ = ("links", "remaining", "weight", "max_rate", "rate", "finish", "done", "tag", "started", "lidx")
 
     def __init__(self, links, work, weight, max_rate, done, tag, now):
         self.links = links
+        self.lidx = [lk.idx for lk in links]  # the links' indices in their fabric (models.fairshare)
         self.remaining = work
         self.weight = weight
         self.max_rate = max_rate
@@ -86,10 +95,15 @@ class Fabric:
         # instant moves: until then nothing on this fabric changes by itself (sim.merge next_work_at).
         self.next_at = INF
         self.timer_moved: Callable[[], None] | None = None
+        self._cap = array("d")  # each link's capacity, by Link.idx (models.fairshare's input)
+        self._peak = array("d")  # and its largest load seen (Link.peak_load)
 
     def link(self, name: str, capacity: float) -> Link:
         lk = Link(name, capacity)
         lk.fabric = self
+        lk.idx = len(self._cap)
+        self._cap.append(capacity)
+        self._peak.append(0.0)
         self.links[name] = lk
         return lk
 
@@ -105,6 +119,8 @@ class Fabric:
         if work <= 0:
             job.done.succeed(job)
             return job
+        if any(lk.fabric is not self for lk in links):  # (Job.lidx indexes this fabric's arrays)
+            raise ValueError(f"job {tag!r}: a link is not on fabric {self.name}")
         self.jobs.append(job)
         for lk in links:
             lk.jobs.append(job)
@@ -188,63 +204,44 @@ class Fabric:
         self._t = now
 
     def _reallocate(self) -> None:
-        """Progressive filling. The float operations, their order and the tie-breaks are those of the
-        plain statement of the algorithm (tests/test_fabric.py keeps the two bit-identical): each
-        round, every link's weight sum over its unfrozen jobs is summed afresh in job order, and the
-        tightest link is the first in that order whose level is least."""
+        """Progressive filling (models.fairshare: its float operations, their order and tie-breaks are
+        the plain statement's, which tests/test_fabric.py keeps bit-identical), then each job's finish
+        and the timer of the next one. The links' peak loads are raised there too."""
         jobs = self.jobs
-        left: dict[Link, float] = {}
-        for j in jobs:
-            for lk in j.links:
-                left[lk] = lk.capacity
-        pending = list(jobs)
-        while pending:
-            wsum: dict[Link, float] = {}
-            get = wsum.get
-            for j in pending:
-                w = j.weight
-                for lk in j.links:
-                    wsum[lk] = get(lk, 0.0) + w
-            best, best_link = INF, None
-            for lk, ws in wsum.items():
-                lvl = left[lk] / ws
-                if lvl < best:
-                    best, best_link = lvl, lk
-            cap_job, cap = None, INF
-            for j in pending:
-                c = j.max_rate / j.weight
-                if cap_job is None or c < cap:
-                    cap_job, cap = j, c
-            if cap <= best:
-                frozen, level = (cap_job,), cap
-                pending.remove(cap_job)
-            else:
-                frozen = [j for j in pending if best_link in j.links]
-                pending = [j for j in pending if best_link not in j.links]
-                level = best
-            for j in frozen:
-                j.rate = rate = j.weight * level
-                for lk in j.links:
-                    x = left[lk] - rate
-                    left[lk] = x if x > 0.0 else 0.0
         now = self.env.now
         nxt = INF
-        for j in jobs:
-            if j.rate == INF:
-                j.finish = now
-            elif j.rate > 0 and j.remaining != INF:
-                j.finish = now + j.remaining / j.rate
-            else:
-                j.finish = INF
-            if j.finish < nxt:
-                nxt = j.finish
+        if len(jobs) == 1 and len(jobs[0].links) == 1:  # (most calls: a hold on a GPU or a CPU path)
+            j = jobs[0]
+            w, link = j.weight, j.links[0]
+            cap, c = link.capacity, j.max_rate / w
+            # fair_share's one round, operation for operation: level min(cap / (0.0 + w), c), c wins ties
+            best = cap / (0.0 + w)
+            j.rate = r = w * (c if c <= best else best)
+            if cap != INF and r / cap > self._peak[link.idx]:
+                self._peak[link.idx] = r / cap
+            nxt = now if r == INF else (now + j.remaining / r if r > 0 and j.remaining != INF else INF)
+            j.finish = nxt
+        elif jobs:
+            lk, off = array("q"), array("q", [0])
+            for j in jobs:
+                lk.extend(j.lidx)
+                off.append(len(lk))
+            rates = array("d", bytes(8 * len(jobs)))
+            w, mr = array("d", [j.weight for j in jobs]), array("d", [j.max_rate for j in jobs])
+            fair_share(self._cap, lk, off, w, mr, rates, self._peak)
+            for j, r in zip(jobs, rates):
+                j.rate = r
+                if r == INF:
+                    f = now
+                elif r > 0 and j.remaining != INF:
+                    f = now + j.remaining / r
+                else:
+                    f = INF
+                j.finish = f
+                if f < nxt:
+                    nxt = f
         if self.check:
             self.assert_capacities()
-        for lk in left:  # (each link the jobs cross, once)
-            if lk.capacity != INF:
-                load = sum(x.rate for x in lk.jobs) / lk.capacity
-                if load > lk.peak_load:
-                    lk.peak_load = load
         self.generation += 1
         was = self.next_at
         if nxt < INF:

@@ -57,6 +57,7 @@ class MergeExecutor:
         self._running = 0  # phases running now (fragments of a streaming round overlap)
         self._timeouts: list[float] = []  # instants merge work of a fixed duration ends (host codec passes)
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
+        self._paths: dict[tuple[str, str], tuple[Link, ...]] = {}  # (src, dst) -> `_path`'s links (a static graph)
 
     def next_work_at(self) -> float:
         """A lookahead source. While a phase or a background save runs, merge work is on the engines'
@@ -229,13 +230,16 @@ class MergeExecutor:
 
     def _path(self, src: str, dst: str) -> list[Link]:
         """The links a flow from `src` to `dst` crosses: the fewest-hop route's edges, then the
-        backplane of every switch on it."""
-        net = self.res.net
-        edges = route(net.graph, src, dst)
-        links = [net.edge_links[e] for e in edges]
-        nodes = [edges[0][0]] + [v for _, v in edges] if edges else []
-        links += [net.backplanes[n] for n in nodes if n in net.backplanes]
-        return links
+        backplane of every switch on it. Found once per pair: the graph does not change in a run, and
+        every merge sends the same flows (networkx's search was ~1% of a bursty run)."""
+        got = self._paths.get((src, dst))
+        if got is None:
+            net = self.res.net
+            edges = route(net.graph, src, dst)
+            nodes = [edges[0][0]] + [v for _, v in edges] if edges else []
+            got = (*(net.edge_links[e] for e in edges), *(net.backplanes[n] for n in nodes if n in net.backplanes))
+            self._paths[src, dst] = got
+        return list(got)
 
 
 def _event(x):

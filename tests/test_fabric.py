@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -107,3 +108,60 @@ def test_one_link_splits_by_weight():
     assert (a.rate, b.rate) == (1.0, 2.0)
     fab.stop(b)
     assert a.rate == 3.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(CAPS, min_size=6, max_size=6), st.lists(JOB, min_size=1, max_size=9))
+def test_peak_load_is_the_largest_load_any_allocation_gave(link_caps, jobs):
+    jobs = [(lks, w, cap if any(link_caps[i] < INF for i in lks) else 1.0, work) for lks, w, cap, work in jobs]
+    env = simpy.Environment()
+    fab = Fabric(env)
+    links = [fab.link(f"l{i}", c) for i, c in enumerate(link_caps)]
+    peak = [0.0] * len(links)
+    for lks, w, cap, work in jobs:
+        job = fab.start([links[i] for i in lks], work, w, cap)
+        for k in set(i for j in fab.jobs for i in range(len(links)) if links[i] in j.links):
+            if links[k].capacity < INF:  # as sum() adds the link's jobs' rates, in the order they started
+                peak[k] = max(peak[k], sum(x.rate for x in links[k].jobs) / links[k].capacity)
+        if job in fab.jobs and work == INF:
+            fab.stop(job)  # (a stop re-allocates too: loads may rise elsewhere)
+            for k in range(len(links)):
+                if links[k].jobs and links[k].capacity < INF:
+                    peak[k] = max(peak[k], sum(x.rate for x in links[k].jobs) / links[k].capacity)
+    assert [lk.peak_load for lk in links] == peak
+
+
+ARRAY_JOB = st.tuples(
+    st.lists(st.integers(0, 4), min_size=0, max_size=4), WEIGHTS, st.sampled_from([INF, 1.0, 0.5, 0.1])
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CAPS, min_size=5, max_size=5), st.lists(ARRAY_JOB, min_size=0, max_size=12))
+def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
+    """models.core's fair_share (compiled when the core is) against models/fairshare.py run as Python,
+    on any input it accepts: a job may cross no link or one link twice."""
+    from array import array
+
+    from wadiloco.models import core, fairshare
+
+    lk = array("q", [i for lks, _, _ in jobs for i in lks])
+    off = array("q", [0])
+    for lks, _, _ in jobs:
+        off.append(off[-1] + len(lks))
+    w, mr = array("d", [j[1] for j in jobs]), array("d", [j[2] for j in jobs])
+    out = []
+    for fs in (core.fair_share, fairshare.fair_share):
+        rate, peak = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(link_caps))
+        fs(array("d", link_caps), lk, off, w, mr, rate, peak)
+        out.append((rate.tolist(), peak.tolist()))
+    assert out[0] == out[1]
+
+
+def test_a_job_on_another_fabrics_link_is_refused():
+    env = simpy.Environment()
+    a, b = Fabric(env, "a"), Fabric(env, "b")
+    la, lb = a.link("x", 1.0), b.link("y", 1.0)
+    with pytest.raises(ValueError, match="not on fabric a"):
+        a.start([la, lb], 1.0)
+    assert a.jobs == [] and la.jobs == [] and lb.jobs == []
