@@ -69,6 +69,11 @@ cdef class EngineState:
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
     cpdef long long kv_run(self, long long t, long long n_dec) except? -1
 
+    @cython.locals(t_arr=cython.double[:], admitted=cython.double[:], finish=cython.double[:], n=cython.longlong,
+                   done=cython.longlong, j=cython.longlong)
+    cpdef (long long, long long, long long, long long) tally(self, double t, long long seen, long long adm,
+                                                             long long fin)
+
     # cached prompt tokens (a prefix cache: models.prefix): at every admission and prefill
     @cython.locals(p=cython.longlong, given=cython.longlong, px=PrefixCache, k=cython.longlong, kv=KVPool,
                    own=cython.longlong, tok=cython.longlong)

@@ -373,6 +373,25 @@ class EngineState:
         rejected = self.kv.rejected if self.kv is not None else 0
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
+    def tally(self, t: float, seen: int, adm: int, fin: int) -> tuple[int, int, int, int]:
+        """sim.monitor's lazy samples, from the request times: at t (the samples' instants ascend), from
+        the last sample's cursors (requests arrived by then, admitted by then, and the first not
+        finished by then), the cursors at t and the requests finished by t. Arrivals and admissions
+        ascend (FCFS; a NaN tail not yet admitted), so two cursors move forward only; the finished
+        after the third are counted one by one."""
+        t_arr, admitted, finish, n = self._t_arr, self._admitted, self._finish, self.n
+        while seen < n and t_arr[seen] <= t:
+            seen += 1
+        while adm < seen and admitted[adm] <= t:
+            adm += 1
+        while fin < adm and finish[fin] <= t:
+            fin += 1
+        done = fin
+        for j in range(fin + 1, adm):  # (finish[fin] > t or NaN)
+            if finish[j] <= t:
+                done += 1
+        return seen, adm, fin, done
+
     # -- rules 2 and 4 --------------------------------------------------------------------------
     def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
         """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule

@@ -184,7 +184,7 @@ class Monitor:
         """The engine columns of the rows added since the last call (lazy), from the per-request
         times: every admission and finish at or before the rows' instants is booked by now.
         Per sidecar, three cursors move forward only: arrivals, admissions (FCFS: ascending) and
-        the first request not finished by the last row (those after it are counted in a slice)."""
+        the first request not finished by the last row (models.serving EngineState.tally)."""
         tl, lo = self.tl, self._filled
         hi = len(tl["t"])
         if not self.lazy or hi <= lo:
@@ -197,14 +197,8 @@ class Monitor:
         for t in tl["t"][lo:hi]:
             arrived = queue = running = 0
             for k, c in enumerate(cores):
-                seen, adm, fin = cur[k]
-                seen2 = bisect_right(c.t_arr, t, seen)
-                admitted, finish = c.admitted, c.finish
-                while adm < seen2 and admitted[adm] <= t:
-                    adm += 1
-                while fin < adm and finish[fin] <= t:
-                    fin += 1
-                done = fin + int(np.count_nonzero(finish[fin:adm] <= t)) if fin < adm else fin
+                seen = cur[k][0]
+                seen2, adm, fin, done = c.tally(t, *cur[k])
                 cur[k] = (seen2, adm, fin)
                 out = bisect_right(c.requeued, t) - bisect_right(c.resumed, t) if c.requeued else 0  # preempted
                 arrived += seen2 - seen
