@@ -44,7 +44,7 @@ class Link:
         if not capacity > 0:
             raise ValueError(f"link {name}: capacity must be > 0")
         self.name = name
-        self.capacity = capacity
+        self.capacity = capacity  # fixed once the link exists: its fabric keeps a copy (Fabric._cap)
         self.jobs: list[Job] = []
         self.occupant: Callable[[], None] | None = None
         self.used = 0.0  # integral of allocated rate over time (capacity-units * s)
