@@ -37,6 +37,16 @@ INF = math.inf
 EPS = 1e-12
 
 
+def _due(rate: float, remaining: float, now: float) -> float:
+    """When a job with `remaining` work ends at `rate`: now for an infinite rate, never (inf) for a
+    hold or a stalled job."""
+    if rate == INF:
+        return now
+    if rate > 0 and remaining != INF:
+        return now + remaining / rate
+    return INF
+
+
 class Link:
     __slots__ = ("name", "capacity", "jobs", "occupant", "used", "fabric", "idx")
 
@@ -219,8 +229,7 @@ class Fabric:
             j.rate = r = w * (c if c <= best else best)
             if cap != INF and r / cap > self._peak[link.idx]:
                 self._peak[link.idx] = r / cap
-            nxt = now if r == INF else (now + j.remaining / r if r > 0 and j.remaining != INF else INF)
-            j.finish = nxt
+            j.finish = nxt = _due(r, j.remaining, now)
         elif jobs:
             lk, off = array("q"), array("q", [0])
             for j in jobs:
@@ -231,13 +240,7 @@ class Fabric:
             fair_share(self._cap, lk, off, w, mr, rates, self._peak)
             for j, r in zip(jobs, rates):
                 j.rate = r
-                if r == INF:
-                    f = now
-                elif r > 0 and j.remaining != INF:
-                    f = now + j.remaining / r
-                else:
-                    f = INF
-                j.finish = f
+                j.finish = f = _due(r, j.remaining, now)
                 if f < nxt:
                     nxt = f
         if self.check:

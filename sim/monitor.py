@@ -197,8 +197,8 @@ class Monitor:
         for t in tl["t"][lo:hi]:
             arrived = queue = running = 0
             for k, c in enumerate(cores):
-                seen = cur[k][0]
-                seen2, adm, fin, done = c.tally(t, *cur[k])
+                seen, adm, fin = cur[k]
+                seen2, adm, fin, done = c.tally(t, seen, adm, fin)
                 cur[k] = (seen2, adm, fin)
                 out = bisect_right(c.requeued, t) - bisect_right(c.resumed, t) if c.requeued else 0  # preempted
                 arrived += seen2 - seen
