@@ -25,6 +25,7 @@ MODELS = ROOT / "models"
 MODULES = (
     ("_batching_c", "batching", ()),
     ("_fairshare_c", "fairshare", ()),
+    ("_fifo_c", "fifo", ()),
     ("_heap_c", "heap", ()),
     ("_kv_c", "kv", ()),
     ("_prefix_c", "prefix", ()),
@@ -35,6 +36,7 @@ MODULES = (
             ("wadiloco.models.batching import", "wadiloco.models._batching_c import"),
             ("wadiloco.models.kv import", "wadiloco.models._kv_c import"),
             ("wadiloco.models.prefix import", "wadiloco.models._prefix_c import"),
+            ("wadiloco.models.fifo import ListFifo as RingFifo", "wadiloco.models._fifo_c import RingFifo"),
             ("wadiloco.models.heap import ListHeap as KeyHeap", "wadiloco.models._heap_c import KeyHeap"),
         ),
     ),

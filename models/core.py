@@ -26,6 +26,8 @@ SOURCES = (
     "batching.pxd",
     "fairshare.py",
     "fairshare.pxd",
+    "fifo.py",
+    "fifo.pxd",
     "heap.py",
     "heap.pxd",
     "kv.py",

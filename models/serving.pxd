@@ -7,6 +7,7 @@
 import cython
 
 from wadiloco.models._batching_c cimport before, compose, reach, run_time, split
+from wadiloco.models._fifo_c cimport RingFifo
 from wadiloco.models._heap_c cimport KeyHeap
 from wadiloco.models._kv_c cimport KVPool, blocks
 from wadiloco.models._prefix_c cimport PrefixCache
@@ -22,8 +23,7 @@ cdef class EngineState:
     cdef public long long n
     cdef public object t_arr, prompt, output, admitted, first_token, finish
     cdef public long long next_i
-    cdef public object waiting
-    cdef public list prefilling
+    cdef public RingFifo waiting, prefilling
     cdef public object prefilled
     cdef public KeyHeap fin_heap
     cdef public long long n_dec, sum_ctx, diter, n_finished, contended
@@ -42,22 +42,22 @@ cdef class EngineState:
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
-    # the prefill chunks: (m, last, pf), no list (a step's chunks go to prefilling[:m])
+    # the prefill chunks: (m, last, pf), no list (a step's chunks go to the first m of prefilling)
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
-                   rid=cython.longlong, prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:],
-                   prompt=cython.longlong[:])
+                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo,
+                   prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:])
     cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
-                   j=cython.longlong, prefilling=list, prefilled=cython.longlong[:], prompt=cython.longlong[:],
+                   j=cython.longlong, prefilling=RingFifo, prefilled=cython.longlong[:], prompt=cython.longlong[:],
                    skipped=cython.longlong[:])
     cpdef tuple step_work(self, long long m, long long last, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, got=cython.longlong, j=cython.longlong,
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
-                   prefilling=list, prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:],
+                   prefilling=RingFifo, prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:],
                    prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef (long long, long long) first_tokens(self, long long m, long long last, double end, long long diter,
                                               long long n_dec, long long sum_ctx)
@@ -98,9 +98,9 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
-                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
-                   prefilling=list, prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:],
-                   output=cython.longlong[:])
+                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong, j=cython.longlong,
+                   prefilling=RingFifo, waiting=RingFifo, prefilled=cython.longlong[:], admitted=cython.double[:],
+                   prompt=cython.longlong[:], output=cython.longlong[:])
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
 
@@ -115,13 +115,13 @@ cdef class Steps:
                    last=cython.longlong,
                    slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
                    a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
-                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=list,
+                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=RingFifo, waiting=RingFifo,
                    slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
                    sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
                    pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
                    sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
                    t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
-                   queue=object, vg=cython.double, vh=cython.double, vf=cython.double)
+                   vg=cython.double, vh=cython.double, vf=cython.double)
     cpdef int advance(self) except -1
 
 

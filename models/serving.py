@@ -61,13 +61,13 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_right
-from collections import deque
 from collections.abc import Generator, Sized
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from wadiloco.models.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
+from wadiloco.models.fifo import ListFifo as RingFifo
 from wadiloco.models.heap import ListHeap as KeyHeap
 from wadiloco.models.kv import KVPool, blocks
 from wadiloco.models.prefix import PrefixCache
@@ -250,8 +250,8 @@ class EngineState:
         self._views()
         self._grow()  # (the input arrays' views)
         self.next_i = 0  # next arrival not yet pulled into `waiting`
-        self.waiting: deque[int] = deque()
-        self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
+        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
+        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
         self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
         self.n_dec = 0  # decoding requests
         self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
@@ -403,19 +403,19 @@ class EngineState:
         budget0 = self.budget
         budget = budget0 - n_dec
         m = take = 0
-        for rid in prefilling:
+        for j in range(len(prefilling)):
             if budget <= 0:
                 break
+            rid = prefilling.at(j)
             take = prompt[rid] - prefilled[rid]
             take = take if take < budget else budget
             m += 1
             budget -= take
         admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
-        while waiting and budget > 0 and room > 0:
-            r = waiting.popleft()  # (the queue's int object moves to prefilling: none is made anew)
-            rid = r
+        while len(waiting) and budget > 0 and room > 0:
+            rid = waiting.pop_front()
             admitted[rid] = now
-            prefilling.append(r)
+            prefilling.push(rid)
             if start:
                 got, hit, tok = self.skip(rid)
                 self.take_cached(rid, True, got, hit, tok)
@@ -440,7 +440,7 @@ class EngineState:
         prefilling, prefilled, prompt, skipped = self.prefilling, self._prefilled, self._prompt, self._skipped
         new = tokens = pf = pairs = 0
         for j in range(m):
-            rid = prefilling[j]
+            rid = prefilling.at(j)
             got = prefilled[rid]
             take = prompt[rid] - got if j < m - 1 else last
             new += got == skipped[rid]  # its first chunk: from the tokens it skipped
@@ -460,7 +460,7 @@ class EngineState:
         # a prefix of `prefilling`
         completed = 0
         for j in range(m):
-            rid = prefilling[j]
+            rid = prefilling.at(j)
             got = prompt[rid] if j < m - 1 else prefilled[rid] + last
             if got < prompt[rid]:
                 prefilled[rid] = got
@@ -489,7 +489,7 @@ class EngineState:
                 raise OverflowError(f"iteration {due} does not fit a fin_heap key")
             self.fin_heap.push(due << 32 | rid)
         if completed:
-            del self.prefilling[:completed]
+            prefilling.drop(completed)
         return n_dec, sum_ctx
 
     def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int, done: list[int] | None) -> None:
@@ -636,7 +636,7 @@ class EngineState:
                 return n_dec, sum_ctx, need
             kv.orig.setdefault(rid, (prompt[rid], output[rid]))
             prompt[rid], output[rid] = ctx, total - ctx
-        self.waiting.appendleft(rid)
+        self.waiting.push_front(rid)
         return n_dec, sum_ctx, need
 
     def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
@@ -651,9 +651,10 @@ class EngineState:
         budget0 = self.budget
         budget = budget0 - n_dec
         m = take = 0
-        for rid in prefilling:
+        for j in range(len(prefilling)):
             if budget <= 0:
                 break
+            rid = prefilling.at(j)
             take = prompt[rid] - prefilled[rid]
             take = take if take < budget else budget
             m += 1
@@ -661,16 +662,15 @@ class EngineState:
         admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
-        while waiting and budget > 0 and room > 0 and not kv.swapped:
-            r = waiting[0]  # (the queue's int object moves to prefilling: none is made anew)
-            rid = r
+        while len(waiting) and budget > 0 and room > 0 and not kv.swapped:
+            rid = waiting.at(0)
             p = prompt[rid]
             if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
                 got, hit, tok = self._head_skip
                 nb = self._head_nb
             else:
                 if kv.too_long(p + output[rid], p):
-                    waiting.popleft()
+                    waiting.pop_front()
                     kv.rejected += 1
                     continue
                 if start:  # the prefix cache's blocks it uses are held once, by the cache
@@ -684,7 +684,7 @@ class EngineState:
                 self._head, self._head_epoch, self._head_skip, self._head_nb = rid, epoch, (got, hit, tok), nb
                 break
             self._head = -1
-            waiting.popleft()
+            waiting.pop_front()
             free -= nb
             kv.used += nb
             kv.run_add(rid)
@@ -693,7 +693,7 @@ class EngineState:
                 admitted[rid] = now
             else:
                 self.resumed.append(now)
-            prefilling.append(r)
+            prefilling.push(rid)
             if start:
                 self.take_cached(rid, first, got, hit, tok)
             prefilled[rid] = got
@@ -716,7 +716,7 @@ class EngineState:
             ctx, left = sw[rid]
             nb, phase = blocks(ctx - 1, bs), (t + left + 1 - prompt[rid] - output[rid]) % bs
             cross = phase == t % bs
-            keep = kv.wm if n_dec or self.prefilling else 0
+            keep = kv.wm if n_dec or len(self.prefilling) else 0
             if kv.used + kv.need_now + nb + cross + keep > kv.cap:
                 break
             del sw[rid]
@@ -760,7 +760,7 @@ def _book_slow(
             n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
         st.finish_due(end, diter, n_dec, sum_ctx, None)
         return
-    rids = st.prefilling[:m]  # (first_tokens takes those whose prefill completes off the list)
+    rids = [st.prefilling.at(j) for j in range(m)]  # (first_tokens takes those whose prefill completes off)
     if m:
         n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
     finish = st.finish
@@ -830,7 +830,7 @@ class Steps:
         t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
         seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
         waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
-        gpu_jobs, host_jobs, now, i, queue = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i, waiting.append
+        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
         until = bound.until  # (only SimPy events move it: constant while this runs)
         n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
         while True:
@@ -848,13 +848,13 @@ class Steps:
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx
             now = end
             while i < n and t_arr[i] <= now:  # rule 1
-                queue(i)
+                waiting.push(i)
                 i += 1
             st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
             if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
                 mark = tape.mark(st, until, gpu_jobs or host_jobs)
                 now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-            if not n_dec and not prefilling and not waiting and (kv is None or not kv.swapped):  # idle (rule 1)
+            if not n_dec and not len(prefilling) and not len(waiting) and (kv is None or not kv.swapped):  # rule 1
                 if i >= n and gate.until == INF:
                     return DONE
                 k, end = 0, now + (span := _next_at(st, i) - now)
@@ -867,7 +867,7 @@ class Steps:
                 continue
             if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
                 n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
-            if prefilling or waiting or kv is not None and kv.swapped:  # rules 2 and 3
+            if len(prefilling) or len(waiting) or kv is not None and kv.swapped:  # rules 2 and 3
                 m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
                 g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)

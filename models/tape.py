@@ -51,7 +51,7 @@ class Snapshot:
         self.now, self.next_i, self.n_dec, self.sum_ctx = st.now, st.next_i, st.n_dec, st.sum_ctx
         self.diter, self.n_finished, self.contended = st.diter, st.n_finished, st.contended
         w = st.waiting  # FCFS without preemption: consecutive requests, kept as (first, count)
-        self.waiting = (w[0], len(w)) if w and w[-1] - w[0] + 1 == len(w) else array("q", w)
+        self.waiting = (w.at(0), len(w)) if len(w) and w.at(-1) - w.at(0) + 1 == len(w) else array("q", w)
         self.prefilling = array("q", st.prefilling)
         pf = st.prefilled
         self.prefilled = array("q", (x for rid in st.prefilling for x in (rid, pf[rid])))  # rid, tokens, ...
@@ -152,10 +152,9 @@ class Replay:
         st.diter, st.n_finished = d, st.n_finished + (b.n_finished - a.n_finished)
         st.contended += b.contended - a.contended
         st.now, st.next_i, st.n_dec, st.sum_ctx = b.now, b.next_i, b.n_dec, b.sum_ctx
-        st.waiting.clear()
         w = b.waiting
-        st.waiting.extend(range(w[0], w[0] + w[1]) if isinstance(w, tuple) else w)
-        st.prefilling[:] = b.prefilling
+        st.waiting.load(range(w[0], w[0] + w[1]) if isinstance(w, tuple) else w)
+        st.prefilling.load(b.prefilling)
         pf, got = b.prefilled, st.prefilled
         for j in range(0, len(pf), 2):  # (only the requests in prefill have a count)
             got[pf[j]] = pf[j + 1]

@@ -337,3 +337,73 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
             h.top()
         with pytest.raises(ValueError):
             h.take(7)
+
+
+# ---- models/fifo.py: the compiled core's request queues ------------------------------------------------
+
+
+def _fifo_modules():
+    from importlib import import_module
+
+    from wadiloco.models import fifo
+
+    mods = [fifo]
+    try:
+        mods.append(import_module("wadiloco.models._fifo_c"))  # (built by setup.py with the serving core)
+    except ImportError:
+        pass
+    return mods
+
+
+@pytest.mark.parametrize("mod", _fifo_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_ring_fifo_is_the_list_fifo_item_for_item(mod):
+    """The compiled core's RingFifo (an array ring; compiled, C integers) holds the ids the pure core's
+    ListFifo (a deque) holds, in the same order, and gives the same answers, on random pushes at either
+    end, pops, looks at any position, drops, removals (preemption) and loads (a tape's copy), past its
+    growth and with the ring wrapped."""
+    from wadiloco.models.fifo import ListFifo
+
+    rnd = random.Random(5)
+    ours, theirs, big, nxt = mod.RingFifo(), ListFifo(), 0, 0
+    for i in range(20_000):
+        r = rnd.random()
+        grow = 0.52 if i < 5_000 else 0.45
+        if r < grow or not len(theirs):
+            x, nxt = nxt, nxt + 1
+            if rnd.random() < 0.1:
+                ours.push_front(x)
+                theirs.push_front(x)
+            else:
+                ours.push(x)
+                theirs.push(x)
+        elif r < 0.75:
+            assert ours.pop_front() == theirs.pop_front()
+        elif r < 0.85:
+            j = rnd.randrange(-len(theirs), len(theirs))
+            assert ours.at(j) == theirs.at(j)
+        elif r < 0.93:
+            k = rnd.randrange(min(len(theirs), 4) + 1)
+            ours.drop(k)
+            theirs.drop(k)
+        elif r < 0.995:
+            x = rnd.choice(list(theirs))
+            assert (x in ours) and (nxt in ours) is False
+            ours.remove(x)
+            theirs.remove(x)
+        else:
+            ids = [rnd.randrange(1 << 40) for _ in range(rnd.randrange(200))]
+            ours.load(ids)
+            theirs.load(ids)
+        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+        big = max(big, len(theirs))
+    assert big > 64  # (the ring grew)
+    for q in (ours, theirs):
+        q.load([])
+        with pytest.raises(IndexError):
+            q.pop_front()
+        with pytest.raises(IndexError):
+            q.at(0)
+        with pytest.raises(IndexError):
+            q.drop(1)
+        with pytest.raises(ValueError):
+            q.remove(7)
