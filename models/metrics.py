@@ -214,13 +214,33 @@ def violations(r: dict[str, np.ndarray], ttft_slo: float | None, tpot_slo: float
 
 
 def _pct(x: np.ndarray, *q: float) -> list[float]:
-    """Percentiles `q` of the non-NaN values, NaN if there are none; one np.percentile call for all
-    of them (the same values as one call each: the same order statistics, interpolated alike).
-    np.percentile reads only the order statistics, so it gives the same bits on a sorted copy, where
-    NaNs sort last and its partition is cheap (a vectorised sort beats its multi-kth select)."""
+    """Percentiles `q` of the non-NaN values, NaN if there are none: np.percentile's (method linear),
+    bit for bit. np.percentile reads only order statistics, so they are read off a sorted copy (NaNs
+    sort last), where its own partition would only cost (a vectorised sort beats its multi-kth select)."""
     xs = np.sort(x)
     k = int(np.searchsorted(xs, np.inf, "right")) if len(xs) and np.isnan(xs[-1]) else len(xs)
-    return [float(v) for v in np.percentile(xs[:k], q, overwrite_input=True)] if k else [float("nan")] * len(q)
+    return sorted_percentiles(xs[:k], q) if k else [float("nan")] * len(q)
+
+
+def sorted_percentiles(xs: np.ndarray, q) -> list[float]:
+    """np.percentile(xs, q) (q in [0, 100]) of a sorted, NaN-free, non-empty xs: numpy's linear
+    method step for step (numpy.lib._function_base_impl: the virtual index (n - 1) q / 100, its floor
+    and the next order statistic, both the last one past the end, and `_lerp`, which interpolates
+    from the nearer one).
+    tests/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
+    n = len(xs)
+    v = (n - 1) * np.true_divide(np.asarray(q, dtype=np.float64), 100)
+    lo = np.floor(v)
+    hi = lo + 1
+    top = v >= n - 1
+    lo[top] = hi[top] = -1
+    gamma = v - lo
+    a, b = xs[lo.astype(np.intp)], xs[hi.astype(np.intp)]
+    with np.errstate(invalid="ignore"):  # (inf - inf: NaN, as numpy gives)
+        d = b - a
+        r = a + d * gamma
+        np.subtract(b, d * (1 - gamma), out=r, where=gamma >= 0.5)
+    return [float(x) for x in r]
 
 
 def summarize(

@@ -109,6 +109,27 @@ def test_percentiles_in_one_call_equal_one_call_each():
     assert all(math.isnan(v) for v in M._pct(np.array([np.nan]), 50, 95))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # (np.percentile's own inf - inf)
+def test_sorted_percentiles_are_numpys_bit_for_bit():
+    """models.metrics.sorted_percentiles repeats np.percentile's arithmetic on a sorted array: the same
+    bits (NaN from inf - inf included) for any q in [0, 100], on ties, infinities and tiny arrays. A
+    numpy that changes its method fails here, not silently in a result."""
+    rng = np.random.default_rng(11)
+    for trial in range(4000):
+        n = int(rng.integers(1, 40))
+        x = [
+            rng.random(n),
+            rng.integers(0, 3, n).astype(float),  # ties
+            np.where(rng.random(n) < 0.3, np.inf, rng.exponential(size=n)),
+            np.where(rng.random(n) < 0.3, -np.inf, rng.normal(size=n)),
+            np.full(n, -0.0),
+        ][trial % 5]
+        q = [50, 95, 99] if trial % 2 else [float(rng.uniform(0, 100)), 0.0, 100.0, float(rng.integers(0, 101))]
+        xs = np.sort(x)
+        want = np.percentile(xs, q)
+        assert np.array(M.sorted_percentiles(xs, q)).tobytes() == want.tobytes(), (x, q)
+
+
 def _resolved(**overrides):
     sc = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 60.0, **overrides})
     return resolve(sc)
