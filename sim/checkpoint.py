@@ -59,7 +59,8 @@ class Checkpointer:
     def write_all(self, frac: float) -> list:
         n, k = len(self.res.hosts), self.sc.merge.checkpoint_stagger
         if k is None or k >= n:
-            return [j for h in range(n) for j in self._host(h, frac)]
+            with self.res.net.fabric.batch():  # (every host's serialisers and writes start together)
+                return [j for h in range(n) for j in self._host(h, frac)]
         queue = list(range(n))
         return [self.env.process(self._lane(queue, frac)) for _ in range(k)]
 

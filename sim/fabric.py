@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import simpy
 
@@ -107,6 +108,8 @@ class Fabric:
         self.timer_moved: Callable[[], None] | None = None
         self._cap = array("d")  # each link's capacity, by Link.idx (models.fairshare's input)
         self._peak = array("d")  # and its largest load seen (Link.peak_load)
+        self._batched = 0  # open `batch` blocks
+        self._touched: list[Link] | None = None  # in a batch: the links whose jobs changed (None: none did)
 
     def link(self, name: str, capacity: float) -> Link:
         lk = Link(name, capacity)
@@ -134,9 +137,35 @@ class Fabric:
         self.jobs.append(job)
         for lk in links:
             lk.jobs.append(job)
+        self._changed(links)
+        return job
+
+    @contextmanager
+    def batch(self) -> Iterator[Fabric]:
+        """Jobs started and stopped inside re-allocate once, at the end (a merge phase starts its
+        flows together): the allocations in between would last no time, and nothing reads them (no
+        SimPy event runs inside; an engine reads its links' speeds in its own process). So the rates,
+        timers and occupants' calls are those of re-allocating after each one, and peak loads count
+        only allocations that last."""
+        self._batched += 1
+        try:
+            yield self
+        finally:
+            self._batched -= 1
+            if not self._batched and self._touched is not None:
+                links, self._touched = self._touched, None
+                self._reallocate()
+                self._notify(links)
+
+    def _changed(self, links) -> None:
+        """The job set on `links` changed: re-allocate and tell their occupants, now or at the batch's end."""
+        if self._batched:
+            if self._touched is None:
+                self._touched = []
+            self._touched.extend(links)
+            return
         self._reallocate()
         self._notify(links)
-        return job
 
     @staticmethod
     def _notify(links) -> None:
@@ -185,8 +214,7 @@ class Fabric:
             return
         self.advance()
         self._remove(job)
-        self._reallocate()
-        self._notify(job.links)
+        self._changed(job.links)
 
     def utilisation(self, lk: Link) -> float:
         """Current allocated rate over capacity (0 for an unlimited link)."""

@@ -115,10 +115,11 @@ class MergeExecutor:
 
     def _ring(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
-        flows = [
-            net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
-            for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, shard_bytes)
-        ]
+        with net.batch():
+            flows = [
+                net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
+                for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, shard_bytes)
+            ]
         holds = [j for hr in self.res.hosts for j in self.gs.kernel_holds(hr, "allreduce")] if flows else []
         if holds:  # NCCL's kernels run on the outer shard's GPU until the last flow is in (sim.gpushare)
             self.env.all_of([f.done for f in flows]).callbacks.append(lambda _e: Fabric.release(holds))
