@@ -5,7 +5,9 @@ saturated link on which no job gets more per unit of weight."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from functools import partial
 
 import pytest
 import simpy
@@ -165,3 +167,42 @@ def test_a_job_on_another_fabrics_link_is_refused():
     with pytest.raises(ValueError, match="not on fabric a"):
         a.start([la, lb], 1.0)
     assert a.jobs == [] and la.jobs == [] and lb.jobs == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(CAPS, min_size=6, max_size=6), st.lists(JOB, min_size=1, max_size=9), st.integers(0, 8))
+def test_a_batch_is_the_same_allocation_reached_once(link_caps, jobs, stop_at):
+    """Jobs started (and a hold stopped) inside `Fabric.batch` end at the very instants, with the same
+    rates and the same occupants told in the same order, as started one by one; the batch
+    re-allocates once, and only its allocation counts toward a peak load."""
+    jobs = [(lks, w, cap if any(link_caps[i] < INF for i in lks) else 1.0, work) for lks, w, cap, work in jobs]
+    out = [run_started(link_caps, jobs, stop_at, batched) for batched in (False, True)]
+    assert out[0] == out[1]
+
+
+def run_started(link_caps, jobs, stop_at: int, batched: bool):
+    """(rates of the jobs left on the fabric, when each job ended, links whose occupant was told in
+    first-call order) of starting `jobs` and stopping the `stop_at`-th hold, in a batch or not."""
+    env = simpy.Environment()
+    fab = Fabric(env)
+    links = [fab.link(f"l{i}", c) for i, c in enumerate(link_caps)]
+    told, ends = [], {}
+    for i, lk in enumerate(links):
+        lk.occupant = partial(told.append, i)
+    gen = fab.generation
+    with fab.batch() if batched else contextlib.nullcontext():
+        started = [fab.start([links[i] for i in lks], work, w, cap) for lks, w, cap, work in jobs]
+        holds = [j for j in started if j.remaining == INF]
+        if stop_at < len(holds):
+            fab.stop(holds[stop_at])
+        if batched:
+            assert fab.generation == gen  # (nothing re-allocated yet)
+    if batched:
+        assert fab.generation == gen + 1
+        final = [sum(x.rate for x in lk.jobs) / lk.capacity if lk.capacity < INF else 0.0 for lk in links]
+        assert [lk.peak_load for lk in links] == final
+    rates = [j.rate for j in started if j in fab.jobs]  # (a stopped job's rate means nothing)
+    for k, j in enumerate(started):
+        j.done.callbacks.append(lambda _e, k=k: ends.__setitem__(k, env.now))
+    env.run(until=1e6)
+    return rates, ends, list(dict.fromkeys(told))
