@@ -20,6 +20,8 @@ cdef class KeyHeap:
 
     cpdef long long top(self) except? -1
 
+    cpdef long long pop_due(self, long long t) except? -2
+
     cpdef load(self, object keys)
 
     cpdef push_raw(self, long long x)

@@ -42,6 +42,13 @@ class ListHeap:
     def top(self) -> int:
         return self.a[0]
 
+    def pop_due(self, t: int) -> int:
+        """The least key, removed, if it is due by iteration t (key >> 32 <= t); else -1, nothing removed."""
+        a = self.a
+        if a and a[0] >> 32 <= t:
+            return heapq.heappop(a)
+        return -1
+
     def load(self, keys) -> None:
         """Hold exactly `keys`, in this order (a heap already: models.tape copies one)."""
         self.a[:] = keys
@@ -103,6 +110,12 @@ class KeyHeap:
         if self.n == 0:
             raise IndexError("top of an empty heap")
         return self._a[0]
+
+    def pop_due(self, t: int) -> int:
+        """The least key, removed, if it is due by iteration t (key >> 32 <= t); else -1, nothing removed."""
+        if self.n and self._a[0] >> 32 <= t:
+            return self.pop()
+        return -1
 
     def load(self, keys) -> None:
         """Hold exactly `keys`, in this order (a heap already: models.tape copies one)."""

@@ -498,12 +498,11 @@ class EngineState:
         no client) hears of them. Publishes the new n_dec and sum_ctx."""
         fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
         kv, px = self.kv, self.px
-        while len(fin_heap):
-            x = fin_heap.top()  # a key: due << 32 | rid
-            due = x >> 32
-            if due > diter:
+        while True:
+            x = fin_heap.pop_due(diter)  # a key: due << 32 | rid; -1: none is due
+            if x < 0:
                 break
-            fin_heap.pop()
+            due = x >> 32
             rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
             finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
             self.n_finished += 1

@@ -302,8 +302,8 @@ def _heap_modules():
 def test_key_heap_is_the_list_heap_item_for_item(mod):
     """The compiled core's KeyHeap (models/heap.py, CPython's heapq algorithms on an array; compiled,
     on C integers) holds every key where the pure core's ListHeap (a list and heapq) holds it and
-    returns the same keys, on random pushes, pops, removals (preemption's `take`, which heapifies) and
-    loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
+    returns the same keys, on random pushes, pops (due or not), removals (preemption's `take`, which
+    heapifies) and loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
     from wadiloco.models.heap import MASK, ListHeap
 
     rnd = random.Random(3)
@@ -315,9 +315,12 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
             x = rnd.randrange(1 << 31) << 32 | rnd.randrange(1 << 32)
             ours.push(x)
             theirs.push(x)
-        elif r < 0.85:
+        elif r < 0.75:
             assert ours.top() == theirs.top()
             assert ours.pop() == theirs.pop()
+        elif r < 0.85:  # finish_due's pop: the least key if due by t (else -1), t around it
+            t = (theirs.top() >> 32) + rnd.randrange(-2, 3)
+            assert ours.pop_due(t) == theirs.pop_due(t)
         elif r < 0.995:
             rid = rnd.choice(list(theirs)) & MASK
             assert ours.take(rid) == theirs.take(rid)
@@ -331,6 +334,7 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
     while len(theirs):
         assert ours.pop() == theirs.pop()
     for h in (ours, theirs):
+        assert h.pop_due(1 << 40) == -1
         with pytest.raises(IndexError):
             h.pop()
         with pytest.raises(IndexError):
