@@ -9,9 +9,10 @@ the same order after every call (tests/test_serving_core.py):
   the ids in a ring of array('q') slots, read and written as C integers (fifo.pxd), so a push, a pop
   or a look at the j-th makes no Python int and no Python call. Uncompiled it runs as written.
 
-The interface: `len`, iteration and `in`; push(x) at the tail, push_front(x) at the head (a preempted
-request), pop_front(), at(j) (the j-th from the head; negative j from the tail), drop(k) (the first
-k), remove(x) (its first occurrence), load(ids) (hold exactly these, a tape's copy).
+The interface: `len` (and `n`, the same, which the compiled core reads as a C field), iteration and
+`in`; push(x) at the tail, push_front(x) at the head (a preempted request), pop_front(), at(j) (the
+j-th from the head; negative j from the tail), drop(k) (the first k), remove(x) (its first
+occurrence), load(ids) (hold exactly these, a tape's copy).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import deque
 
 class ListFifo(deque):
     __slots__ = ()
+    n = property(deque.__len__)
     push = deque.append
     push_front = deque.appendleft
     pop_front = deque.popleft

@@ -10,6 +10,7 @@ cdef class KeyHeap:
     cdef public object a
     cdef public Py_ssize_t n
     cdef long long[:] _a
+    cdef Py_ssize_t _cap
 
     cdef _room(self)
 

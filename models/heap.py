@@ -67,11 +67,12 @@ class ListHeap:
 
 
 class KeyHeap:
-    __slots__ = ("a", "n", "_a")
+    __slots__ = ("a", "n", "_a", "_cap")
 
     def __init__(self) -> None:
         self.a = array("q", bytes(8 * 64))  # keys in heap order; slots from n on are spare
         self._a = self.a  # (compiled: a typed view)
+        self._cap = 64  # len(a), a C field where the compiled heap reads it
         self.n = 0
 
     def __len__(self) -> int:
@@ -84,9 +85,10 @@ class KeyHeap:
         self._a = None  # (an array with a view cannot grow)
         self.a.extend(array("q", bytes(8 * len(self.a))))
         self._a = self.a
+        self._cap = len(self.a)
 
     def push(self, x: int) -> None:
-        if self.n == len(self.a):
+        if self.n == self._cap:
             self._room()
         self._a[self.n] = x
         self.n += 1
@@ -125,7 +127,7 @@ class KeyHeap:
 
     def push_raw(self, x: int) -> None:
         """Append without sifting (`load`)."""
-        if self.n == len(self.a):
+        if self.n == self._cap:
             self._room()
         self._a[self.n] = x
         self.n += 1

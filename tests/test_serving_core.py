@@ -398,7 +398,7 @@ def test_ring_fifo_is_the_list_fifo_item_for_item(mod):
             ids = [rnd.randrange(1 << 40) for _ in range(rnd.randrange(200))]
             ours.load(ids)
             theirs.load(ids)
-        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+        assert list(ours) == list(theirs) and len(ours) == len(theirs) == ours.n == theirs.n
         big = max(big, len(theirs))
     assert big > 64  # (the ring grew)
     for q in (ours, theirs):
