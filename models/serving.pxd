@@ -39,31 +39,30 @@ cdef class EngineState:
     cdef public list requeued, resumed
     cdef long long _head, _head_epoch, _head_nb
     cdef (long long, long long, long long) _head_skip
+    # typed views of the arrays; the per-step rules below index them as self._x[rid], not through a
+    # local: a local view is acquired and released (two atomic instructions) at every call
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
     # the prefill chunks: (m, last, pf), no list (a step's chunks go to the first m of prefilling)
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
-                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo,
-                   prefilled=cython.longlong[:], admitted=cython.double[:], prompt=cython.longlong[:])
+                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
-                   j=cython.longlong, prefilling=RingFifo, prefilled=cython.longlong[:], prompt=cython.longlong[:],
-                   skipped=cython.longlong[:])
+                   j=cython.longlong, prefilling=RingFifo)
     cpdef tuple step_work(self, long long m, long long last, long long n_dec, double g)
 
     @cython.locals(completed=cython.longlong, got=cython.longlong, j=cython.longlong,
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
-                   prefilling=RingFifo, prefilled=cython.longlong[:], kv=KVPool, first_token=cython.double[:],
-                   prompt=cython.longlong[:], output=cython.longlong[:])
+                   prefilling=RingFifo, kv=KVPool)
     cpdef (long long, long long) first_tokens(self, long long m, long long last, double end, long long diter,
                                               long long n_dec, long long sum_ctx)
 
-    @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, finish=cython.double[:],
-                   prompt=cython.longlong[:], output=cython.longlong[:], kv=KVPool, px=PrefixCache, fin_heap=KeyHeap)
+    @cython.locals(x=cython.longlong, due=cython.longlong, rid=cython.longlong, kv=KVPool, px=PrefixCache,
+                   fin_heap=KeyHeap)
     cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx, list done)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
@@ -89,7 +88,7 @@ cdef class EngineState:
     cpdef unpin(self, long long rid)
 
     # with a KV pool (models.kv): every step books its blocks
-    @cython.locals(kv=KVPool, total=cython.longlong, prompt=cython.longlong[:], output=cython.longlong[:])
+    @cython.locals(kv=KVPool, total=cython.longlong)
     cpdef release(self, long long rid, long long due)
 
     @cython.locals(kv=KVPool, need=cython.longlong)
@@ -99,8 +98,7 @@ cdef class EngineState:
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
                    hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong, j=cython.longlong,
-                   prefilling=RingFifo, waiting=RingFifo, prefilled=cython.longlong[:], admitted=cython.double[:],
-                   prompt=cython.longlong[:], output=cython.longlong[:])
+                   prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
 

@@ -399,30 +399,30 @@ class EngineState:
         in prefill first, then the new admissions appended to it); each takes the rest of its prompt
         but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
         tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
-        prefilling, waiting, prefilled, prompt = self.prefilling, self.waiting, self._prefilled, self._prompt
+        prefilling, waiting = self.prefilling, self.waiting
         budget0 = self.budget
         budget = budget0 - n_dec
         m = take = 0
-        for j in range(len(prefilling)):
+        for j in range(prefilling.n):
             if budget <= 0:
                 break
             rid = prefilling.at(j)
-            take = prompt[rid] - prefilled[rid]
+            take = self._prompt[rid] - self._prefilled[rid]
             take = take if take < budget else budget
             m += 1
             budget -= take
-        admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
-        while len(waiting) and budget > 0 and room > 0:
+        room, start = self.max_seqs - n_dec - prefilling.n, self.start
+        while waiting.n and budget > 0 and room > 0:
             rid = waiting.pop_front()
-            admitted[rid] = now
+            self._admitted[rid] = now
             prefilling.push(rid)
             if start:
                 got, hit, tok = self.skip(rid)
                 self.take_cached(rid, True, got, hit, tok)
             else:
                 got = 0
-            prefilled[rid] = got
-            take = prompt[rid] - got
+            self._prefilled[rid] = got
+            take = self._prompt[rid] - got
             take = take if take < budget else budget
             m += 1
             budget -= take
@@ -437,14 +437,14 @@ class EngineState:
         that ends a prompt)."""
         if not m:
             return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
-        prefilling, prefilled, prompt, skipped = self.prefilling, self._prefilled, self._prompt, self._skipped
+        prefilling = self.prefilling
         new = tokens = pf = pairs = 0
         for j in range(m):
             rid = prefilling.at(j)
-            got = prefilled[rid]
-            take = prompt[rid] - got if j < m - 1 else last
-            new += got == skipped[rid]  # its first chunk: from the tokens it skipped
-            tokens += got + take >= prompt[rid]
+            got = self._prefilled[rid]
+            take = self._prompt[rid] - got if j < m - 1 else last
+            new += got == self._skipped[rid]  # its first chunk: from the tokens it skipped
+            tokens += got + take >= self._prompt[rid]
             pf += take
             pairs += take * got + take * (take + 1) // 2  # models.latency.attention_pairs
         h = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
@@ -454,24 +454,23 @@ class EngineState:
         """Rule 4 for the m prefill chunks (`admit`) of an iteration ending at `end` (the
         `diter`-th): first tokens, new decoders (and requests wanting one output token, finished).
         Returns the new (n_dec, sum_ctx)."""
-        prompt, output, prefilled, first_token = self._prompt, self._output, self._prefilled, self._first_token
         kv, start, prefilling = self.kv, self.start, self.prefilling
         # only the last chunk can fall short of its prompt: the requests whose prefill completes are
         # a prefix of `prefilling`
         completed = 0
         for j in range(m):
             rid = prefilling.at(j)
-            got = prompt[rid] if j < m - 1 else prefilled[rid] + last
-            if got < prompt[rid]:
-                prefilled[rid] = got
+            got = self._prompt[rid] if j < m - 1 else self._prefilled[rid] + last
+            if got < self._prompt[rid]:
+                self._prefilled[rid] = got
                 continue
             completed += 1
             if start:
                 self.prefill_done(rid)
             # (a request recomputed after preemption has its first token)
             if kv is None or not kv.orig or rid not in kv.orig:
-                first_token[rid] = end
-            out = output[rid]
+                self._first_token[rid] = end
+            out = self._output[rid]
             if out <= 1:
                 self._finish[rid] = end
                 self.n_finished += 1
@@ -482,8 +481,8 @@ class EngineState:
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
-                kv._cnt[(diter - prompt[rid]) % kv.bs] += 1
-            sum_ctx += prompt[rid] + 1
+                kv._cnt[(diter - self._prompt[rid]) % kv.bs] += 1
+            sum_ctx += self._prompt[rid] + 1
             due = diter + out - 1
             if due >> 31:
                 raise OverflowError(f"iteration {due} does not fit a fin_heap key")
@@ -496,7 +495,7 @@ class EngineState:
         """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
         finish, their KV blocks and prefix cache entries go back, and a client's list `done` (None:
         no client) hears of them. Publishes the new n_dec and sum_ctx."""
-        fin_heap, finish, prompt, output = self.fin_heap, self._finish, self._prompt, self._output
+        fin_heap = self.fin_heap
         kv, px = self.kv, self.px
         while True:
             x = fin_heap.pop_due(diter)  # a key: due << 32 | rid; -1: none is due
@@ -504,7 +503,7 @@ class EngineState:
                 break
             due = x >> 32
             rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
-            finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - prompt[rid] - output[rid]
+            self._finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - self._prompt[rid] - self._output[rid]
             self.n_finished += 1
             if kv is not None:
                 self.release(rid, due)
@@ -571,8 +570,8 @@ class EngineState:
         """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
         context prompt + output - 1; -1: one done at its first token), and a recomputed request has
         its own lengths again."""
-        kv, prompt, output = self.kv, self._prompt, self._output
-        total = prompt[rid] + output[rid]
+        kv = self.kv
+        total = self._prompt[rid] + self._output[rid]
         if due >= 0:
             kv._cnt[(due + 1 - total) % kv.bs] -= 1
         kv.used -= blocks(total - 1, kv.bs) - kv._share[rid]
@@ -582,7 +581,7 @@ class EngineState:
         kv.run_del(rid)
         o = kv.orig.pop(rid, None) if kv.orig else None
         if o is not None:
-            prompt[rid], output[rid] = o
+            self._prompt[rid], self._output[rid] = o
 
     def make_room(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Before iteration t: the decoders crossing a block boundary take a block each; while they
@@ -645,30 +644,29 @@ class EngineState:
         sum_ctx: published (`_swap_in`)."""
         if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
-        prefilling, waiting, prefilled, kv = self.prefilling, self.waiting, self._prefilled, self.kv
-        prompt, output = self._prompt, self._output
+        prefilling, waiting, kv = self.prefilling, self.waiting, self.kv
         budget0 = self.budget
         budget = budget0 - n_dec
         m = take = 0
-        for j in range(len(prefilling)):
+        for j in range(prefilling.n):
             if budget <= 0:
                 break
             rid = prefilling.at(j)
-            take = prompt[rid] - prefilled[rid]
+            take = self._prompt[rid] - self._prefilled[rid]
             take = take if take < budget else budget
             m += 1
             budget -= take
-        admitted, room, start = self._admitted, self.max_seqs - n_dec - len(prefilling), self.start
+        room, start = self.max_seqs - n_dec - prefilling.n, self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
-        while len(waiting) and budget > 0 and room > 0 and not kv.swapped:
+        while waiting.n and budget > 0 and room > 0 and not kv.swapped:
             rid = waiting.at(0)
-            p = prompt[rid]
+            p = self._prompt[rid]
             if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
                 got, hit, tok = self._head_skip
                 nb = self._head_nb
             else:
-                if kv.too_long(p + output[rid], p):
+                if kv.too_long(p + self._output[rid], p):
                     waiting.pop_front()
                     kv.rejected += 1
                     continue
@@ -687,15 +685,15 @@ class EngineState:
             free -= nb
             kv.used += nb
             kv.run_add(rid)
-            first = admitted[rid] != admitted[rid]  # NaN: first admission (a recomputed request keeps its own)
+            first = self._admitted[rid] != self._admitted[rid]  # NaN: first admission (a recomputed one keeps its)
             if first:
-                admitted[rid] = now
+                self._admitted[rid] = now
             else:
                 self.resumed.append(now)
             prefilling.push(rid)
             if start:
                 self.take_cached(rid, first, got, hit, tok)
-            prefilled[rid] = got
+            self._prefilled[rid] = got
             take = p - got
             take = take if take < budget else budget
             m += 1
@@ -853,7 +851,7 @@ class Steps:
             if now >= mark:  # on a tape (models.tape): record a snapshot, or jump ahead along the baseline
                 mark = tape.mark(st, until, gpu_jobs or host_jobs)
                 now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-            if not n_dec and not len(prefilling) and not len(waiting) and (kv is None or not kv.swapped):  # rule 1
+            if not n_dec and not prefilling.n and not waiting.n and (kv is None or not kv.swapped):  # idle (rule 1)
                 if i >= n and gate.until == INF:
                     return DONE
                 k, end = 0, now + (span := _next_at(st, i) - now)
@@ -866,7 +864,7 @@ class Steps:
                 continue
             if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
                 n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
-            if len(prefilling) or len(waiting) or kv is not None and kv.swapped:  # rules 2 and 3
+            if prefilling.n or waiting.n or kv is not None and kv.swapped:  # rules 2 and 3
                 m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
                 n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
                 g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
