@@ -35,17 +35,17 @@ cdef class KVPool:
 
     cpdef bint too_long(self, long long total, long long prompt) except -1
 
-    @cython.locals(x=cython.longlong, s=cython.longlong, cnt=cython.longlong[:], bs=cython.longlong)
+    @cython.locals(x=cython.longlong, s=cython.longlong, bs=cython.longlong)
     cpdef long long _partial(self, long long p0, long long j) except? -1
 
     @cython.locals(q=cython.longlong, r=cython.longlong)
     cpdef long long need(self, long long m, long long t0, long long n_dec) except? -1
 
-    @cython.locals(free=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], q=cython.longlong, r=cython.longlong,
+    @cython.locals(free=cython.longlong, bs=cython.longlong, q=cython.longlong, r=cython.longlong,
                    p=cython.longlong, j=cython.longlong, s=cython.longlong)
     cpdef long long safe_iters(self, long long t0, long long n_dec) except? -1
 
-    @cython.locals(used=cython.longlong, bs=cython.longlong, cnt=cython.longlong[:], p=cython.longlong, s=cython.longlong,
+    @cython.locals(used=cython.longlong, bs=cython.longlong, p=cython.longlong, s=cython.longlong,
                    total=cython.longlong, x=cython.longlong, acc=cython.longlong, accr=cython.longlong,
                    q=cython.longlong, r=cython.longlong, pr=cython.longlong, u=cython.double)
     cpdef grow(self, long long k, long long t0, long long n_dec)

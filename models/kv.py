@@ -180,9 +180,9 @@ class KVPool:
         return blocks(total - 1, bs) > cap or blocks(prompt, bs) + self.wm > cap
 
     def _partial(self, p0: int, j: int) -> int:
-        cnt, bs, s = self._cnt, self.bs, 0
+        bs, s = self.bs, 0
         for x in range(j):
-            s += cnt[(p0 + x) % bs]
+            s += self._cnt[(p0 + x) % bs]
         return s
 
     def need(self, m: int, t0: int, n_dec: int) -> int:
@@ -193,11 +193,11 @@ class KVPool:
     def safe_iters(self, t0: int, n_dec: int) -> int:
         """The most iterations from t0 whose blocks fit in the free ones (the first always does:
         the engine made room for it)."""
-        free, bs, cnt = self.cap - self.used, self.bs, self._cnt
+        free, bs = self.cap - self.used, self.bs  # (self._cnt read through self: a local view costs two atomics a call)
         q, r = free // n_dec, free % n_dec  # (not divmod: the compiled pool computes these in C)
         p, j, s = t0 % bs, 0, 0  # p: the phase of iteration t0 + j (a wrapping index: no division per step)
         while j < bs:
-            s += cnt[p]
+            s += self._cnt[p]
             if s > r:
                 break
             j += 1
@@ -217,7 +217,7 @@ class KVPool:
             # k = q*bs + r, residue x occurs q times (q + 1 for 1 <= x <= r), so the sum over m is
             # n_dec * sum(m // bs) + q * sum(pref(x), x < bs) + sum(pref(x), x <= r): one pass over the
             # phases, adding only (no division per phase).
-            bs, cnt = self.bs, self._cnt
+            bs = self.bs
             q, r = k // bs, k % bs
             p = t0 % bs  # the phase of the cycle's x-th iteration (a wrapping index)
             s = acc = pr = accr = 0  # s: pref(x); acc: pref(0) + ... + pref(x)
@@ -225,7 +225,7 @@ class KVPool:
                 acc += s
                 if x == r:
                     pr, accr = s, acc
-                s += cnt[p]
+                s += self._cnt[p]
                 p = p + 1 if p + 1 < bs else 0
             total = n_dec * (bs * (q * (q - 1) // 2) + q * (r + 1)) + q * acc + accr
             self.sum_used += k * used + total
