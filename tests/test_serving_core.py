@@ -285,20 +285,19 @@ def test_delay_to_never_ends_a_wait_early():
 # ---- models/heap.py: the compiled core's finish heap ----------------------------------------------------
 
 
-def _heap_modules():
+def _twins(name: str) -> list:
+    """models/NAME.py run as Python, and its compiled copy `_NAME_c` when setup.py built it."""
     from importlib import import_module
 
-    from wadiloco.models import heap
-
-    mods = [heap]
+    mods = [import_module(f"wadiloco.models.{name}")]
     try:
-        mods.append(import_module("wadiloco.models._heap_c"))  # (built by setup.py with the serving core)
+        mods.append(import_module(f"wadiloco.models._{name}_c"))  # (built by setup.py with the serving core)
     except ImportError:
         pass
     return mods
 
 
-@pytest.mark.parametrize("mod", _heap_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("mod", _twins("heap"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_key_heap_is_the_list_heap_item_for_item(mod):
     """The compiled core's KeyHeap (models/heap.py, CPython's heapq algorithms on an array; compiled,
     on C integers) holds every key where the pure core's ListHeap (a list and heapq) holds it and
@@ -346,20 +345,7 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
 # ---- models/fifo.py: the compiled core's request queues ------------------------------------------------
 
 
-def _fifo_modules():
-    from importlib import import_module
-
-    from wadiloco.models import fifo
-
-    mods = [fifo]
-    try:
-        mods.append(import_module("wadiloco.models._fifo_c"))  # (built by setup.py with the serving core)
-    except ImportError:
-        pass
-    return mods
-
-
-@pytest.mark.parametrize("mod", _fifo_modules(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("mod", _twins("fifo"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_ring_fifo_is_the_list_fifo_item_for_item(mod):
     """The compiled core's RingFifo (an array ring; compiled, C integers) holds the ids the pure core's
     ListFifo (a deque) holds, in the same order, and gives the same answers, on random pushes at either
