@@ -4,30 +4,34 @@
    numbers): the arrivals of an open-loop workload; for closed-loop clients, whose arrival times
    depend on the engine and so differ by policy, what the clients send (models.clients.load_hash).
    Sync-excess SLO violation = a run's violation rate minus no_sync's on the same seed.
-2. Effect-size transfer, two ways, each as the ratio of per-seed means with a paired bootstrap CI
-   over seeds:
-   - `p95_ratio` (SPEC's wording): p95 end-to-end latency of the requests that overlap a merge over
-     that of the requests that do not, within the same run. Biased upwards even when merges do
-     nothing: a request overlaps a merge more often the longer it lives.
-   - `p95_ratio_matched` (common random numbers): p95 of the overlapping requests over the p95 of
-     *the same requests* in the no_sync run on the same seed. Same arrivals, so the only difference
-     is what the merges did to them.
-   The gate uses the *regime-level* ratio (`gate.transfer`, default `matched`; all runs with merges,
-   per seed): a policy that dodges bursts overlaps few requests, so its own ratio says little about
-   whether merges move latency at all. The effect transfers when that CI lies above 1 and the
-   ratio is at least `gate.min_p95_ratio` (default 1.05).
+2. Effect-size transfer ("does random placement move latency?"), as the ratio of per-seed means
+   with a paired bootstrap CI over seeds, on the regime's matched-random draws (all runs with
+   merges where the regime has no control):
+   - `p95_ratio_matched` (`gate.transfer: matched`, the default): p95 end-to-end latency of the
+     requests that overlap a merge over the p95 of *the same requests* in the no_sync run on the
+     same seed. Where merges act through a co-tenant's window after each merge (the testbed twin),
+     "overlap" means overlapping that window (`overlap_window` in runs.csv).
+   - `p95_ratio` (`gate.transfer: overlap`): overlapping over non-overlapping requests of the same
+     run; biased upwards, since long requests overlap merges more often.
+   Each policy's own ratio is reported beside it. The effect transfers when the CI lies above 1 and
+   the ratio is at least `gate.min_p95_ratio` (1.05: a project choice, settable in the sweep file;
+   the report shows the verdicts at `gate.transfer_alternatives` too). Where the CI lies below 1, or
+   the draws' sync-excess CI below 0, merges relieve serving, and the verdict says so.
 3. Matched-random envelope: the `gate.envelope` percentiles (default 2.5-97.5) of the control's
    sync-excess over all draws x seeds. Each evaluated policy is paired with every control that
    spends the same merge budget (the control's reference is the policy, or the policy's own
-   reference). Paired test per seed: policy sync-excess minus the mean over the control's draws;
-   two-sided Wilcoxon signed-rank (all-zero differences: p = 1), Holm-corrected
-   over every policy-vs-control comparison of the regime (statsmodels).
-4. Claim gate: `demonstrated` only if the loads match, the effect transfers, and the policy has a
-   lower mean sync-excess than its matched control with Holm p < alpha; otherwise
-   `not demonstrated: <every reason that failed>`.
+   reference). The test is `stats.placement_test`, one-sided in the claimed direction (fewer
+   violations): the policy's mid-rank among its seed's R + 1 values, exact under the null that it is
+   one more random placement. Holm's correction runs over the family the report claims: every
+   policy-vs-control comparison of the sweep that has an informative seed (a comparison where every
+   value ties on every seed has nothing to test and is reported as such, outside the family). A
+   two-sided Wilcoxon signed-rank test on the policy minus the mean of the draws is kept as a
+   secondary column (`p_wilcoxon`); it is not calibrated (that difference is skewed under the null).
+4. Claim gate: `demonstrated` only if the loads match, the effect transfers, and the placement test
+   against the matched control has Holm p < alpha; otherwise `not demonstrated: <every reason>`.
 Every mean comes with a bootstrap CI (scipy.stats.bootstrap; method and resamples from the
 sweep's `bootstrap` block; the resampling stream is derived from (bootstrap.seed, regime, policy,
-statistic), so reports are reproducible).
+statistic), so reports are reproducible); data without variance get none, and a note instead.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wadiloco.experiments import gate as G
 from wadiloco.experiments.stats import (
     CI,
     bootstrap_mean_ci,
@@ -45,6 +50,7 @@ from wadiloco.experiments.stats import (
     envelope,
     holm,
     paired_wilcoxon,
+    placement_test,
 )
 from wadiloco.experiments.sweep.plan import Arm, Plan, Regime
 from wadiloco.models import metrics as M
@@ -83,6 +89,7 @@ RUN_COLUMNS = [
     ("params_hash", "str"),
     (M.ARRIVALS_HASH, "str"),
     (M.LOAD_HASH, "str"),
+    (M.OVERLAP_WINDOW, "str"),
     ("error", "str"),
 ]
 # Figures copied from a run's summary as they are, and those read as floats (None -> NaN).
@@ -100,47 +107,33 @@ _FLOATS = (
 )
 
 SE, VR, LOSS = M.SYNC_EXCESS, "violation_rate", M.FINAL_LOSS  # stems of the summary's mean/CI columns
+RATIO = "regime_p95_ratio"
+
+
+def _ci_cols(stem: str, mean: str | None = None) -> list[str]:
+    """A statistic's summary columns: mean, CI bounds, and the note that replaces a missing interval."""
+    return [mean or f"{stem}_mean", f"{stem}_ci_low", f"{stem}_ci_high", f"{stem}_note"]
+
+
 SUMMARY_COLUMNS = [
-    "regime",
-    "policy",
-    "policy_name",
-    "role",
-    "n_seeds",
-    "n_runs",
-    "n_errors",
-    f"{VR}_mean",
-    f"{VR}_ci_low",
-    f"{VR}_ci_high",
-    f"{SE}_mean",
-    f"{SE}_ci_low",
-    f"{SE}_ci_high",
-    M.P95_RATIO,
-    f"{M.P95_RATIO}_ci_low",
-    f"{M.P95_RATIO}_ci_high",
-    M.P95_RATIO_MATCHED,
-    f"{M.P95_RATIO_MATCHED}_ci_low",
-    f"{M.P95_RATIO_MATCHED}_ci_high",
-    "transfer_metric",
-    "regime_p95_ratio",
-    "regime_p95_ratio_ci_low",
-    "regime_p95_ratio_ci_high",
-    "effect_transfers",
-    "load_match",
-    f"{M.MERGES}_mean",
-    f"{LOSS}_mean",
-    f"{LOSS}_ci_low",
-    f"{LOSS}_ci_high",
-    "matched_control",
-    "mr_envelope_low",
-    "mr_envelope_high",
-    f"mr_{SE}_mean",
-    "diff_vs_matched_random",
-    "p_vs_matched_random",
-    "p_holm",
-    "verdict",
-    "notes",
+    *("regime", "policy", "policy_name", "role", "n_seeds", "n_runs", "n_errors"),
+    *_ci_cols(VR),
+    *_ci_cols(SE),
+    *_ci_cols(M.P95_RATIO, M.P95_RATIO),
+    *_ci_cols(M.P95_RATIO_MATCHED, M.P95_RATIO_MATCHED),
+    *("transfer_metric", "transfer_basis", "transfer_window", "transfer_threshold"),
+    *_ci_cols(RATIO, RATIO),
+    *("transfer_state", "effect_transfers", "load_match", f"{M.MERGES}_mean", f"{M.OVERLAP_REQUESTS}_mean"),
+    *_ci_cols(LOSS)[:3],
+    *("matched_control", "mr_envelope_low", "mr_envelope_high", f"mr_{SE}_mean", "diff_vs_matched_random"),
+    *("placement_rank", "placement_seeds", "placement_informative_seeds", "p_placement", "p_placement_holm"),
+    *("holm_family", "p_wilcoxon", "verdict", "notes"),
 ]
-COMPARISON_COLUMNS = ["regime", "policy", "control", "n_pairs", "diff_mean", "p_value", "p_holm", "note"]
+COMPARISON_COLUMNS = [
+    *("regime", "policy", "control", "n_pairs", "seeds", "informative_seeds", "mean_rank", "diff_mean"),
+    *("p_placement", "p_placement_holm", "p_wilcoxon", "note"),
+]
+FAMILY = "policy-vs-matched-random comparisons in this sweep with an informative seed"
 
 
 def _num(x) -> float:
@@ -188,6 +181,7 @@ def _run_record(reg: Regime, arm: Arm, seed: int, draw: int, r: dict[str, Any], 
     rec[M.P95_RATIO_MATCHED] = M.p95_ratio(rec[M.E2E_P95_OVERLAP_MATCHED], rec[M.E2E_P95_OVERLAP_BASELINE])
     rec[M.ARRIVALS_HASH] = sm.get(M.ARRIVALS_HASH, "")
     rec[M.LOAD_HASH] = sm.get(M.LOAD_HASH, rec[M.ARRIVALS_HASH])
+    rec[M.OVERLAP_WINDOW] = sm.get(M.OVERLAP_WINDOW) or (M.MERGE_WINDOWS if r["status"] == "ok" else "")
     rec["error"] = r.get("error") or ""
     return rec
 
@@ -212,6 +206,7 @@ class _Settings:
         self.seed = int(b.seed)
         self.seeds = list(plan.seeds)
         self.alpha, self.min_ratio, self.metric = float(g.alpha), float(g.min_p95_ratio), g.transfer
+        self.alternatives = tuple(sorted({float(x) for x in g.transfer_alternatives} | {self.min_ratio}))
         self.env_lo, self.env_hi = g.envelope
         self.num, self.den, self.ratio = (
             (M.E2E_P95_OVERLAP_MATCHED, M.E2E_P95_OVERLAP_BASELINE, M.P95_RATIO_MATCHED)
@@ -232,57 +227,107 @@ class _Settings:
         m = df.groupby("seed")[col].mean()
         return np.array([m.get(s, np.nan) for s in self.seeds], dtype=float)
 
+    def by_draw(self, df: pd.DataFrame, col: str) -> np.ndarray:
+        """seeds x draws of `col` (NaN where a run is missing or failed), in seed order."""
+        draws = int(df["draw"].max()) + 1 if len(df) else 1
+        out = np.full((len(self.seeds), draws), np.nan)
+        pos = {s: i for i, s in enumerate(self.seeds)}
+        for s, d, v in zip(df["seed"], df["draw"], df[col]):
+            out[pos[int(s)], int(d)] = v
+        return out
+
 
 def analyse(plan: Plan, runs: pd.DataFrame) -> dict[str, Any]:
-    """The protocol's tables: summary (regime x policy), comparisons, load check, regime transfer."""
+    """The protocol's tables: summary (regime x policy), comparisons, load check, regime transfer,
+    the Holm family and how the verdicts move with the transfer threshold (`sensitivity`)."""
     st = _Settings(plan)
     loads = load_check(runs)
     ok_runs = runs[runs["status"] == "ok"]
-    summary_rows, comparisons, transfer = [], [], {}
+    regimes, comparisons = [], []
     for reg in plan.regimes:
-        rname = reg.name
-        lr = loads[loads["regime"] == rname]
-        mismatched = lr.loc[~lr["matched"], "seed"].tolist() if not lr.empty else []
-        load_match = bool(len(lr) and not mismatched)
-        t_ci = _regime_transfer(ok_runs[ok_runs["regime"] == rname], rname, st)
-        transfers = bool(math.isfinite(t_ci.low) and t_ci.low > 1.0 and t_ci.mean >= st.min_ratio)
-        transfer[rname] = {"ratio": t_ci, "transfers": transfers}
-        arms = [a for a in plan.arms if a.runs_in(rname)]
-        per_arm = {
-            a.label: _arm_stats(runs[(runs["regime"] == rname) & (runs["policy"] == a.label)], a, st, rname)
-            for a in arms
-        }
-        comps = _comparisons(arms, per_arm, rname, st.alpha)
+        rr = runs[runs["regime"] == reg.name]
+        arms = [a for a in plan.arms if a.runs_in(reg.name)]
+        per_arm = {a.label: _arm_stats(rr[rr["policy"] == a.label], a, st, reg.name) for a in arms}
+        comps = _comparisons(arms, per_arm, reg.name)
+        regimes.append((reg.name, arms, per_arm, comps, _gate_inputs(reg.name, loads, ok_runs, st)))
         comparisons.extend(comps)
-        gate = (load_match, mismatched, transfers, t_ci)
-        summary_rows += [_summary_row(rname, a, per_arm, comps, gate, st) for a in arms]
+    family = _holm(comparisons, st.alpha)
+    summary_rows = [
+        _summary_row(name, a, pa, comps, gate, st, family) for name, arms, pa, comps, gate in regimes for a in arms
+    ]
     summary = pd.DataFrame(summary_rows, columns=SUMMARY_COLUMNS)
-    for c in ("n_seeds", "n_runs", "n_errors"):
+    for c in ("n_seeds", "n_runs", "n_errors", "placement_seeds", "placement_informative_seeds"):
         summary[c] = summary[c].astype("Int64")
     comp_df = pd.DataFrame(comparisons, columns=COMPARISON_COLUMNS)
-    return {"summary": summary, "comparisons": comp_df, "loads": loads, "transfer": transfer}
+    transfer = {name: gate["transfer"] for name, _, _, _, gate in regimes}
+    sens = G.sensitivity(regimes, st)
+    return {
+        "summary": summary,
+        "comparisons": comp_df,
+        "loads": loads,
+        "transfer": transfer,
+        "family": family,
+        "sensitivity": sens,
+    }
 
 
-def _regime_transfer(rr: pd.DataFrame, rname: str, st: _Settings) -> CI:
-    """Regime-level effect transfer: every run with merges and both latency groups, per seed."""
-    merging = rr[(rr[M.MERGES].fillna(0) > 0) & rr[st.ratio].notna()]
-    return st.ratio_ci(st.per_seed(merging, st.num), st.per_seed(merging, st.den), rname, "*", st.ratio)
+def _gate_inputs(rname: str, loads: pd.DataFrame, ok_runs: pd.DataFrame, st: _Settings) -> dict[str, Any]:
+    """The regime-level parts of the gate: load match and effect transfer."""
+    lr = loads[loads["regime"] == rname]
+    mismatched = lr.loc[~lr["matched"], "seed"].tolist() if not lr.empty else []
+    rr = ok_runs[ok_runs["regime"] == rname]
+    return {
+        "load_match": bool(len(lr) and not mismatched),
+        "mismatched": mismatched,
+        "transfer": _transfer(rr, rname, st),
+    }
+
+
+def _transfer(rr: pd.DataFrame, rname: str, st: _Settings) -> dict[str, Any]:
+    """Does random placement move latency? The ratio on the matched-random draws (all runs with
+    merges where there is no control), the same pooled over every run with merges, and the draws'
+    sync-excess (whether merges relieve serving)."""
+    metric, num, den, col = _metric(rr, st)
+    merging = rr[(rr[M.MERGES].fillna(0) > 0) & rr[col].notna()]
+    draws = merging[merging["role"] == "control"]
+    use = draws if len(draws) else merging
+    ci = st.ratio_ci(st.per_seed(use, num), st.per_seed(use, den), rname, "*", col)
+    pooled = st.ratio_ci(st.per_seed(merging, num), st.per_seed(merging, den), rname, "**", col)
+    ctl = rr[rr["role"] == "control"]
+    se = st.mean(st.per_seed(ctl, M.SYNC_EXCESS), rname, "*", M.SYNC_EXCESS) if len(ctl) else None
+    window = M.COTENANT_WINDOWS if (rr[M.OVERLAP_WINDOW] == M.COTENANT_WINDOWS).any() else M.MERGE_WINDOWS
+    state = G.transfer_state(ci, se, st.min_ratio)
+    basis = G.DRAWS if len(draws) else G.ALL_MERGING
+    return {
+        **{"ratio": ci, "pooled": pooled, "draws_se": se, "basis": basis, "window": window, "metric": metric},
+        **{"state": state, "transfers": state == G.HARMS},
+    }
+
+
+def _metric(rr: pd.DataFrame, st: _Settings) -> tuple[str, str, str, str]:
+    """The transfer metric's name and columns: the gate's, except that where merges act through a
+    co-tenant window and a closed loop leaves no matched requests, the within-run ratio on the windows."""
+    if st.metric != "matched" or rr[M.P95_RATIO_MATCHED].notna().any():
+        return st.metric, st.num, st.den, st.ratio
+    if (rr[M.OVERLAP_WINDOW] == M.COTENANT_WINDOWS).any() and rr[M.P95_RATIO].notna().any():
+        return "overlap (closed loop: no matched requests)", M.E2E_P95_OVERLAP, M.E2E_P95_NO_OVERLAP, M.P95_RATIO
+    return st.metric, st.num, st.den, st.ratio
 
 
 def _arm_stats(a_all: pd.DataFrame, arm: Arm, st: _Settings, rname: str) -> dict[str, Any]:
     """One arm's figures in one regime, from its runs there (failed ones counted, not used)."""
     lab = arm.label
     a = a_all[a_all["status"] == "ok"]
-    se = st.per_seed(a, M.SYNC_EXCESS)
     ov = a[a[M.P95_RATIO].notna()]
     mo = a[a[M.P95_RATIO_MATCHED].notna()]
     return {
-        "se_seed": se,
+        "se_seed": st.per_seed(a, M.SYNC_EXCESS),
+        "rate_draws": st.by_draw(a, M.SLO_VIOLATION_RATE),
         "runs": a,
         "n_errors": int((a_all["status"] != "ok").sum()),
         "expected": len(st.seeds) * arm.draws,
         "vr": st.mean(st.per_seed(a, M.SLO_VIOLATION_RATE), rname, lab, VR),
-        "se": st.mean(se, rname, lab, M.SYNC_EXCESS),
+        "se": st.mean(st.per_seed(a, M.SYNC_EXCESS), rname, lab, M.SYNC_EXCESS),
         "ratio": st.ratio_ci(
             st.per_seed(ov, M.E2E_P95_OVERLAP), st.per_seed(ov, M.E2E_P95_NO_OVERLAP), rname, lab, M.P95_RATIO
         ),
@@ -295,12 +340,15 @@ def _arm_stats(a_all: pd.DataFrame, arm: Arm, st: _Settings, rname: str) -> dict
         ),
         "loss": st.mean(st.per_seed(a, M.FINAL_LOSS), rname, lab, M.FINAL_LOSS),
         "merges": float(a[M.MERGES].mean()) if len(a) else float("nan"),
+        "overlap": float(a[M.OVERLAP_REQUESTS].astype(float).mean()) if len(a) else float("nan"),
         "envelope": envelope(a[M.SYNC_EXCESS], st.env_lo, st.env_hi) if arm.role == "control" else (np.nan,) * 2,
     }
 
 
-def _comparisons(arms: list[Arm], per_arm: dict[str, dict], rname: str, alpha: float) -> list[dict[str, Any]]:
-    """Each evaluated policy vs every control spending the same merge budget; Holm over the regime's."""
+def _comparisons(arms: list[Arm], per_arm: dict[str, dict], rname: str) -> list[dict[str, Any]]:
+    """Each evaluated policy vs every control spending the same merge budget: the placement test on
+    the violation rates (per seed the same ranks as sync-excess), one-sided (fewer violations), and
+    the Wilcoxon figure beside it."""
     comps = []
     for arm in arms:
         if arm.role != "control":
@@ -309,8 +357,10 @@ def _comparisons(arms: list[Arm], per_arm: dict[str, dict], rname: str, alpha: f
         for pol in arms:
             if pol.role != "policy" or pol.budget != arm.reference:
                 continue
-            d = per_arm[pol.label]["se_seed"] - c_arm["se_seed"]
-            p, note = paired_wilcoxon(d)
+            pa = per_arm[pol.label]
+            pt = placement_test(pa["rate_draws"][:, 0], c_arm["rate_draws"], alternative="less")
+            d = pa["se_seed"] - c_arm["se_seed"]
+            pw, wnote = paired_wilcoxon(d)
             dd = d[np.isfinite(d)]
             comps.append(
                 {
@@ -318,18 +368,31 @@ def _comparisons(arms: list[Arm], per_arm: dict[str, dict], rname: str, alpha: f
                     "policy": pol.label,
                     "control": arm.label,
                     "n_pairs": int(len(dd)),
+                    "seeds": pt.n_seeds,
+                    "informative_seeds": pt.n_informative,
+                    "mean_rank": pt.mean_rank,
                     "diff_mean": float(np.mean(dd)) if len(dd) else float("nan"),
-                    "p_value": p,
-                    "note": note,
+                    "p_placement": pt.p if pt.n_informative else float("nan"),
+                    "p_placement_holm": float("nan"),
+                    "p_wilcoxon": pw,
+                    "note": "; ".join(n for n in (pt.note, wnote and f"Wilcoxon: {wnote}") if n),
                 }
             )
-    for c, ph in zip(comps, holm([c["p_value"] for c in comps], alpha)):
-        c["p_holm"] = float(ph)
     return comps
 
 
-def _summary_row(rname: str, arm: Arm, per_arm: dict, comps: list[dict], gate: tuple, st: _Settings) -> dict:
-    load_match, mismatched, transfers, t_ci = gate
+def _holm(comps: list[dict[str, Any]], alpha: float) -> str:
+    """Holm over every tested comparison of the sweep (in place); the family, in words."""
+    for c, ph in zip(comps, holm([c["p_placement"] for c in comps], alpha)):
+        c["p_placement_holm"] = float(ph)
+    n = sum(math.isfinite(c["p_placement"]) for c in comps)
+    out = len(comps) - n
+    return f"{n} {FAMILY}" + (f" ({out} more without one: not tested)" if out else "")
+
+
+def _summary_row(
+    rname: str, arm: Arm, per_arm: dict, comps: list[dict], gate: dict, st: _Settings, family: str
+) -> dict:
     lab, pa = arm.label, per_arm[arm.label]
     notes = [
         n
@@ -345,54 +408,40 @@ def _summary_row(rname: str, arm: Arm, per_arm: dict, comps: list[dict], gate: t
         notes.append("also compared with " + ", ".join(c["control"] for c in mine[1:]) + " (see comparisons)")
     ctrl = lab if arm.role == "control" else comp["control"] if comp else ""
     env = per_arm[ctrl]["envelope"] if ctrl else (np.nan, np.nan)
-    verdict = _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci, st.min_ratio, st.alpha, len(st.seeds))
-    vr, se, ratio, mratio, loss = pa["vr"], pa["se"], pa["ratio"], pa["mratio"], pa["loss"]
+    t = gate["transfer"]
+    verdict = G.verdict(arm, pa, comp, gate, st)
     nan = float("nan")
     values = [
-        *(rname, lab, arm.name, arm.role, int(se.n), int(len(pa["runs"])), pa["n_errors"]),
-        *(vr.mean, vr.low, vr.high, se.mean, se.low, se.high),
-        *(ratio.mean, ratio.low, ratio.high, mratio.mean, mratio.low, mratio.high),
-        *(st.metric, t_ci.mean, t_ci.low, t_ci.high, transfers, load_match),
-        *(pa["merges"], loss.mean, loss.low, loss.high),
-        *(ctrl, env[0], env[1], per_arm[ctrl]["se"].mean if ctrl else nan),
-        *((comp["diff_mean"], comp["p_value"], comp["p_holm"]) if comp else (nan, nan, nan)),
+        *(rname, lab, arm.name, arm.role, int(pa["se"].n), int(len(pa["runs"])), pa["n_errors"]),
+        *_ci_values(pa["vr"]),
+        *_ci_values(pa["se"]),
+        *_ci_values(pa["ratio"]),
+        *_ci_values(pa["mratio"]),
+        *(t["metric"], t["basis"], t["window"], st.min_ratio),
+        *_ci_values(t["ratio"]),
+        *(t["state"], t["transfers"], gate["load_match"], pa["merges"], pa["overlap"]),
+        *_ci_values(pa["loss"])[:3],
+        *(ctrl, env[0], env[1], per_arm[ctrl]["se"].mean if ctrl else nan, comp["diff_mean"] if comp else nan),
+        *_placement_values(comp, family),
         *(verdict, "; ".join(notes)),
     ]
     return dict(zip(SUMMARY_COLUMNS, values, strict=True))
 
 
-def _verdict(arm, pa, comp, load_match, mismatched, transfers, t_ci: CI, min_ratio, alpha, n_seeds) -> str:
-    if arm.role == "baseline":
-        return "n/a: no-sync baseline"
-    if arm.role == "control":
-        return "n/a: matched-random control"
-    why = []
-    if pa["n_errors"] or len(pa["runs"]) < pa["expected"]:
-        why.append(f"incomplete ({len(pa['runs'])} of {pa['expected']} runs completed)")
-    if pa["se"].n < 2:
-        why.append(f"too few seeds with a sync-excess value (n={pa['se'].n})")
-    if not load_match:
-        why.append(
-            f"loads differ (load hash mismatch on seeds {', '.join(map(str, mismatched[:10]))})"
-            if mismatched
-            else "load match unchecked (no runs)"
-        )
-    if not transfers:
-        if not math.isfinite(t_ci.mean):
-            why.append("effect transfer unmeasured (no request overlapped a merge)")
-        else:
-            ci = f"CI [{t_ci.low:.3f}, {t_ci.high:.3f}]" if math.isfinite(t_ci.low) else "no CI"
-            why.append(
-                f"effect does not transfer (regime p95 ratio {t_ci.mean:.3f}, {ci}; needs the CI above 1 "
-                f"and a ratio >= {min_ratio:g})"
-            )
+def _ci_values(ci: CI) -> tuple:
+    return ci.mean, ci.low, ci.high, ci.note
+
+
+def _placement_values(comp: dict | None, family: str) -> tuple:
+    nan = float("nan")
     if comp is None:
-        why.append("no matched-random control spends this policy's merge budget")
-    else:
-        p = comp["p_holm"]
-        diff = comp["diff_mean"]
-        if not (math.isfinite(p) and p < alpha and math.isfinite(diff) and diff < 0):
-            ps = f"{p:.3g}" if math.isfinite(p) else "n/a"
-            ds = f"{diff * 100:+.2f} pts" if math.isfinite(diff) else "n/a"
-            why.append(f"not better than {comp['control']} after Holm (diff {ds}, p_holm {ps}, alpha {alpha:g})")
-    return "demonstrated" if not why else "not demonstrated: " + "; ".join(why)
+        return nan, None, None, nan, nan, "", nan
+    return (
+        comp["mean_rank"],
+        comp["seeds"],
+        comp["informative_seeds"],
+        comp["p_placement"],
+        comp["p_placement_holm"],
+        family,
+        comp["p_wilcoxon"],
+    )

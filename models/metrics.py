@@ -42,6 +42,9 @@ REFERENCE_MERGES = "reference_merges"
 WALL_TIME = "wall_time_s"
 SIM_TIME = "sim_time_s"
 # derived from two runs (this one and no_sync's on the same regime and seed) or from two figures
+# what "overlapping a merge" meant for the matched ratio: the merges themselves, or (where merges act
+# through a co-tenant's window after each merge, the testbed twin) those windows
+OVERLAP_WINDOW, MERGE_WINDOWS, COTENANT_WINDOWS = "overlap_window", "merges", "cotenant"
 BASELINE_VIOLATION_RATE = "baseline_violation_rate"
 SYNC_EXCESS = "sync_excess"
 P95_RATIO = "p95_ratio"  # E2E_P95_OVERLAP / E2E_P95_NO_OVERLAP
@@ -295,7 +298,7 @@ def censored_e2e(e2e: np.ndarray, arrival: np.ndarray, end_s: float) -> np.ndarr
 
 def matched_latency(
     e2e: np.ndarray, overlaps: np.ndarray, arrivals_hash: str | None, baseline_e2e: np.ndarray | None, baseline_hash
-) -> dict[str, float | None]:
+) -> dict[str, Any]:
     """Common-random-numbers effect size: the p95 (censored) end-to-end latency of the requests that
     overlap a merge in this run, and of *the same requests* in the no_sync run on the same seed.
     Same arrivals (checked by hash) means same requests in the same order, so the ratio isolates
@@ -308,6 +311,23 @@ def matched_latency(
     out[E2E_P95_OVERLAP_MATCHED] = float(np.percentile(np.asarray(e2e, dtype=float)[mask], 95))
     out[E2E_P95_OVERLAP_BASELINE] = float(np.percentile(np.asarray(baseline_e2e, dtype=float)[mask], 95))
     return out
+
+
+def split_p95(e2e: np.ndarray, overlaps: np.ndarray) -> dict[str, float | None]:
+    """p95 latency of the overlapping requests and of the others, in one run (None: no such request)."""
+    e2e, m = np.asarray(e2e, dtype=float), np.asarray(overlaps, dtype=bool)
+    return {
+        E2E_P95_OVERLAP: float(np.percentile(e2e[m], 95)) if m.any() else None,
+        E2E_P95_NO_OVERLAP: float(np.percentile(e2e[~m], 95)) if (~m).any() else None,
+    }
+
+
+def window_overlaps(arrival: np.ndarray, end: np.ndarray, windows) -> np.ndarray:
+    """Whether each request, alive over [arrival, end], shares time with any (on, off) window."""
+    hit = np.zeros(len(arrival), dtype=bool)
+    for on, off in windows:
+        hit |= (arrival < off) & (end > on)
+    return hit
 
 
 def run_record(summary: dict[str, Any], matched: dict[str, float | None]) -> dict[str, Any]:

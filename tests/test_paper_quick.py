@@ -229,10 +229,16 @@ def _row(
         "regime_p95_ratio": 1.02 if regime == "normal" else 1.8,
         "regime_p95_ratio_ci_low": 0.98 if regime == "normal" else 1.5,
         "regime_p95_ratio_ci_high": 1.07 if regime == "normal" else 2.1,
+        "transfer_basis": "matched-random draws",
+        "transfer_state": "none" if regime == "normal" else "harms",
         "effect_transfers": regime != "normal",
         "matched_control": ctrl,
-        "p_vs_matched_random": p,
-        "p_holm": ph,
+        "placement_rank": 0.3 if ctrl else np.nan,
+        "p_placement": p,
+        "p_placement_holm": ph,
+        "holm_family": "2 policy-vs-matched-random comparisons in this sweep with an informative seed",
+        "p_wilcoxon": 0.5 if ctrl else np.nan,
+        "sync_excess_note": "all zero" if se == 0 and lo != lo else "",
         "verdict": verdict,
     }
 
@@ -240,12 +246,12 @@ def _row(
 @pytest.fixture
 def synthetic(tmp_path):
     bad = (
-        "not demonstrated: effect does not transfer (regime p95 ratio 1.020, CI [0.980, 1.070]; needs the "
-        "CI above 1 and a ratio >= 1.05); not better than matched_random[wa_diloco] after Holm "
-        "(diff +0.10 pts, p_holm 0.8, alpha 0.05)"
+        "not demonstrated: effect does not transfer (p95 ratio on matched-random draws 1.020 [0.980, 1.070]; "
+        "needs the CI above 1 and a ratio >= 1.05); not better placed than matched_random[wa_diloco] (placement "
+        "test: mean rank 0.300 of 1, p 0.4, Holm 0.8, alpha 0.05)"
     )
     rows = [
-        _row("normal", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
+        _row("normal", "no_sync", "no_sync", "baseline", 0, merges=0, verdict="n/a: no-sync baseline"),
         _row(
             "normal",
             "wa_diloco",
@@ -271,11 +277,11 @@ def synthetic(tmp_path):
             1.0,
             verdict="n/a: matched-random control",
         ),
-        _row("bursty", "no_sync", "no_sync", "baseline", 0, 0, 0, merges=0, verdict="n/a: no-sync baseline"),
+        _row("bursty", "no_sync", "no_sync", "baseline", 0, merges=0, verdict="n/a: no-sync baseline"),
         _row(
             "bursty",
-            "offline_calibrated",
-            "offline_calibrated",
+            "overlap_oracle",
+            "overlap_oracle",
             "policy",
             0.0123,
             0.005,
@@ -311,20 +317,22 @@ def test_table_rendering_on_synthetic_summary(synthetic):
     text = paper_table.render_table(synthetic)
     assert text.index("### normal") < text.index("### bursty")
     assert "R = 5 matched-random draws" in text
-    assert "with 5 seeds the smallest possible two-sided Wilcoxon p-value is 2/2^5 = 0.0625" in text
+    assert "Holm-corrected over the family of 2 policy-vs-matched-random comparisons in this sweep" in text
     # normal: regime line, short verdict, paper's finding beside it
-    assert "regime p95 ratio (matched, all runs with merges) 1.020 [0.980, 1.070]; effect transfers: no." in text
+    assert "p95 ratio (matched) on the matched-random draws 1.020 [0.980, 1.070]; effect transfers: no." in text
     assert (
-        "| wa_diloco | 3.0 | +0.100 [-0.200, 0.400] | 1.010 [0.910, 1.110] | matched_random[wa_diloco] | 0.400 "
-        "| 0.800 | no: effect does not transfer; not better than matched-random | p95 ratio ~1.0; no policy "
-        "matters |"
+        "| wa_diloco | 3.0 | +0.100 [-0.200, 0.400] | 1.010 [0.910, 1.110] | matched_random[wa_diloco] | 0.300 "
+        "| 0.400 | 0.800 | 0.500 | no: effect does not transfer; not better than matched-random | p95 ratio ~1.0; "
+        "no policy matters |"
     ) in text
-    assert "| no_sync | 0.0 | +0.000 [0.000, 0.000] | n/a |  |  |  | n/a: no-sync baseline |  |" in text
+    # no interval for data without variance: the reason instead of [0.000, 0.000]
+    assert "| no_sync | 0.0 | +0.000 (all zero) | n/a |  |  |  |  |  | n/a: no-sync baseline |  |" in text
+    assert "[0.000, 0.000]" not in text
     assert "p95 ratio of merge vs no-merge windows is about 1.0" in text
     # bursty: the oracle's and matched-random's paper figures, tiny p-values, R in the control's label
     assert (
-        "| offline_calibrated | 3.0 | +1.230 [0.500, 2.000] | 1.500 [1.400, 1.600] | matched_random[wa_diloco] "
-        "| <0.001 | <0.001 | demonstrated | 4.45% |"
+        "| overlap_oracle | 3.0 | +1.230 [0.500, 2.000] | 1.500 [1.400, 1.600] | matched_random[wa_diloco] "
+        "| 0.300 | <0.001 | <0.001 | 0.500 | demonstrated | 4.45% (the paper's oracle) |"
     ) in text
     assert "| matched_random[wa_diloco] (R=5) | 3.0 | +5.000 [4.000, 6.000] |" in text
     assert "| 6.26% |" in text
@@ -334,7 +342,15 @@ def test_table_rendering_on_synthetic_summary(synthetic):
         if lines:
             assert len({ln.replace("\\|", "").count("|") for ln in lines}) == 1
     full = paper_table.render_table(synthetic, full_verdicts=True)
-    assert "not demonstrated: effect does not transfer (regime p95 ratio 1.020" in full
+    assert "not demonstrated: effect does not transfer (p95 ratio on matched-random draws 1.020" in full
+
+
+def test_smallest_p_value_is_stated_when_no_claim_is_possible(synthetic):
+    s = pd.read_csv(synthetic / "summary.csv")
+    s["n_seeds"] = 1
+    s.to_csv(synthetic / "summary.csv", index=False)
+    text = paper_table.render_table(synthetic)
+    assert "with 1 seeds and R = 5 the smallest possible placement p-value is (R + 1)^-1 = 0.1667" in text
 
 
 def test_readme_markers_replaced_and_idempotent(synthetic, tmp_path, capsys):
@@ -369,3 +385,6 @@ def test_short_verdicts():
         == "no: incomplete (3 of 5 runs completed); loads differ"
     )
     assert re.match(r"^no: ", sv("not demonstrated: something new")) is not None
+    assert sv("not demonstrated: merges relieve serving here (x; y): there is no harm") == "no: merges relieve serving"
+    assert sv("not demonstrated: placement not testable against c (z)") == "no: all tie: not testable"
+    assert sv("not demonstrated: effect too small (p95 ratio 1.02)") == "no: effect below threshold"

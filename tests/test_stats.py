@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from wadiloco.experiments.stats import (
@@ -15,6 +16,7 @@ from wadiloco.experiments.stats import (
     envelope,
     holm,
     paired_wilcoxon,
+    placement_test,
 )
 from wadiloco.experiments.sweep import Plan
 
@@ -77,7 +79,15 @@ def test_bootstrap_is_deterministic_given_the_generator():
 
 
 def test_degenerate_data_does_not_crash():
-    assert bootstrap_mean_ci([0.0, 0.0, 0.0]) == CI(0.0, 0.0, 0.0, 3, "constant data: point interval")
+    # data without variance get no interval, and say why (never a [0, 0] interval)
+    zero = bootstrap_mean_ci([0.0, 0.0, 0.0])
+    assert (zero.mean, zero.n, zero.note) == (0.0, 3, "all zero") and math.isnan(zero.low) and math.isnan(zero.high)
+    same = bootstrap_mean_ci([0.2, 0.2])
+    assert (
+        same.note == "no variance across seeds"
+        and math.isnan(same.low)
+        and same.fmt() == "0.20 (no variance across seeds)"
+    )
     one = bootstrap_mean_ci([0.7])
     assert one.mean == 0.7 and math.isnan(one.low) and one.n == 1 and "n < 2" in one.note
     empty = bootstrap_mean_ci([])
@@ -89,8 +99,8 @@ def test_degenerate_data_does_not_crash():
     assert math.isfinite(ci.low) and ci.low <= ci.mean <= ci.high
     r = bootstrap_ratio_of_means_ci([1, 2], [0, 0])
     assert math.isnan(r.mean)
-    r = bootstrap_ratio_of_means_ci([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], n_resamples=200)
-    assert r.mean == 2.0
+    r = bootstrap_ratio_of_means_ci([2.0, 4.0, 2.0], [1.0, 2.0, 1.0], n_resamples=200)
+    assert r.mean == 2.0 and math.isnan(r.low) and r.note == "no variance across seeds"
     assert CI(float("nan"), float("nan"), float("nan"), 0).fmt() == "n/a"
 
 
@@ -116,6 +126,116 @@ def test_paired_wilcoxon():
     assert paired_wilcoxon(np.r_[d, np.nan])[0] == pytest.approx(stats.wilcoxon(d).pvalue)
     # every one of 6 pairs favours the same side: exact two-sided p = 2 / 2**6
     assert paired_wilcoxon([-1, -2, -3, -4, -5, -6])[0] == pytest.approx(2 / 64)
+
+
+# ---- the placement test: exact, calibrated under its null, and with power ------------------------
+
+SEEDS, R = 30, 20  # the paper study's size
+SHAPES = ("lognormal", "zero_inflated", "discrete")
+SD = {"lognormal": math.sqrt((math.e - 1) * math.e), "zero_inflated": math.sqrt(0.64), "discrete": math.sqrt(1.5)}
+
+
+def _null_values(shape: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """seeds x (R + 1) values exchangeable within a seed, each seed on its own scale; column 0 is
+    "the policy", one more draw: skewed (lognormal, skew ~6), zero-inflated (60% zeros, as sync-excess
+    often is) or discrete (Poisson counts, many ties)."""
+    scale = rng.lognormal(0, 0.5, size=(SEEDS, 1))
+    n = (SEEDS, R + 1)
+    if shape == "lognormal":
+        x = rng.lognormal(0, 1, size=n)
+    elif shape == "zero_inflated":
+        x = np.where(rng.random(n) < 0.6, 0.0, rng.exponential(1.0, n))
+    else:
+        x = rng.poisson(1.5, n).astype(float)
+    return x * scale, scale[:, 0]
+
+
+def _rejections(test, shape: str, reps: int, shift_sd: float = 0.0, seed: int = 1) -> int:
+    """How often `test(policy, draws)` gives p < 0.05 over `reps` data sets, the policy moved down
+    by `shift_sd` of the shape's standard deviation (0: the null)."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(reps):
+        v, scale = _null_values(shape, rng)
+        hits += test(v[:, 0] - shift_sd * SD[shape] * scale, v[:, 1:]) < 0.05
+    return hits
+
+
+def _wilcoxon_on_means(policy, draws) -> float:
+    """The test this project used before: one run minus the mean of its draws, Wilcoxon, here
+    one-sided in the claimed direction. Not exact: the difference is not symmetric under the null."""
+    from scipy import stats
+
+    d = policy - draws.mean(axis=1)
+    return float(stats.wilcoxon(d[d != 0], alternative="less").pvalue)
+
+
+def test_placement_test_is_exact_by_enumeration():
+    """The p-value is the share of the (R + 1)^seeds equally likely choices of which value is the
+    policy's whose rank sum is at most the observed one (ties and an all-tie seed included)."""
+    import itertools
+
+    from wadiloco.experiments.stats import _twice_midranks
+
+    pol = np.array([1.0, 0.0, 2.0, 5.0])
+    draws = np.array([[1.0, 2.0, 0.5], [0.0, 0.0, 0.0], [3.0, 2.0, 2.0], [1.0, 7.0, 6.0]])
+    ranks = [_twice_midranks(np.append(r, x)) for x, r in zip(pol, draws)]
+    obs = sum(int(u[-1]) for u in ranks)
+    sums = [sum(int(u[i]) for u, i in zip(ranks, c)) for c in itertools.product(*[range(4)] * 4)]
+    res = placement_test(pol, draws)
+    assert res.p == pytest.approx(np.mean([t <= obs for t in sums]), abs=1e-12)
+    assert placement_test(pol, draws, "greater").p == pytest.approx(np.mean([t >= obs for t in sums]), abs=1e-12)
+    assert (res.n_seeds, res.n_informative) == (4, 3)  # seed 1 ties throughout: no information
+    assert res.statistic == res.rank_sum == obs / 2 - 1.5  # the all-tie seed's u = 1.5 is left out
+    assert res.mean_rank == pytest.approx(res.rank_sum / 9)
+
+
+def test_placement_test_degenerate_and_extreme():
+    z = placement_test(np.zeros(5), np.zeros((5, 4)))
+    assert z.p == 1.0 and z.n_informative == 0 and "no informative seed" in z.note
+    assert placement_test([np.nan], [[1.0, 2.0]]).note == "no data"
+    # below every draw on every one of 3 seeds with R = 4: p = (1/5)^3, exactly the smallest possible
+    best = placement_test(np.zeros(3), np.ones((3, 4)))
+    assert best.p == pytest.approx(0.2**3) and best.mean_rank == 0.0
+    assert placement_test(np.zeros(3), np.ones((3, 4)), "greater").p == 1.0
+    # missing draws shorten that seed's R; a seed without any draw is left out
+    ragged = placement_test([0.0, 0.0, 0.0], [[1.0, np.nan], [1.0, 1.0], [np.nan, np.nan]])
+    assert ragged.n_seeds == 2 and ragged.p == pytest.approx(1 / 2 * 1 / 3)
+    with pytest.raises(ValueError):
+        placement_test([1.0], [[1.0]], alternative="lower")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_placement_test_is_calibrated_under_its_null(shape):
+    """1,000 null data sets (the policy is one more matched-random draw, 30 seeds x R = 20): at alpha
+    0.05 the test rejects as often as its level says, inside the 99.8% binomial range of Bin(1000,
+    0.05) at the top and not below that of Bin(1000, 0.03) (an exact test on discrete data may be a
+    little conservative, not useless)."""
+    from scipy import stats
+
+    reps = 1000
+    hits = _rejections(lambda p, d: placement_test(p, d).p, shape, reps)
+    assert stats.binom.ppf(0.001, reps, 0.03) <= hits <= stats.binom.ppf(0.999, reps, 0.05), hits / reps
+
+
+def test_the_calibration_check_catches_a_biased_test():
+    """The same check on the procedure it replaces (Wilcoxon on one run minus the mean of 20, one-sided):
+    with skewed data it claims a placement gain in far more than 5% of null data sets."""
+    from scipy import stats
+
+    reps = 400
+    hits = _rejections(_wilcoxon_on_means, "lognormal", reps)
+    assert hits > stats.binom.ppf(0.999, reps, 0.05), hits / reps
+
+
+@pytest.mark.parametrize(
+    "shape, shift, power", [("lognormal", 0.5, 0.95), ("zero_inflated", 0.5, 0.95), ("discrete", 1.0, 0.8)]
+)
+def test_placement_test_detects_a_better_placed_policy(shape, shift, power):
+    """A policy whose values sit `shift` standard deviations below random placement's is detected
+    (p < 0.05) in most of 200 data sets of the study's size."""
+    hits = _rejections(lambda p, d: placement_test(p, d).p, shape, 200, shift_sd=shift, seed=2)
+    assert hits >= power * 200, hits / 200
 
 
 def test_envelope():
@@ -261,7 +381,10 @@ def test_claim_gate_demonstrated_when_everything_holds():
     assert lo < hi and lo >= 0.02 and hi <= 0.034
     comps = res["comparisons"]
     assert len(comps) == 2
-    np.testing.assert_allclose(comps["p_holm"], holm(comps["p_value"]))
+    np.testing.assert_allclose(comps["p_placement_holm"], holm(comps["p_placement"]))
+    # smart is below every one of its 5 draws on all 8 seeds: the smallest p there is, (1/6)^8
+    assert comps.set_index("policy").loc["smart", "p_placement"] == pytest.approx(6.0**-8)
+    assert s.loc["smart", "placement_rank"] == 0.0 and s.loc["smart", "holm_family"].startswith("2 ")
     assert bool(s.loc["smart", "effect_transfers"]) and s.loc["smart", "regime_p95_ratio"] == pytest.approx(
         1.5, rel=0.01
     )
@@ -278,7 +401,7 @@ def test_claim_gate_reasons():
     }
     # ties matched-random
     s, _ = _verdicts(plan, _runs(plan, rate))
-    assert "not better than mr[smart] after Holm" in s.loc["smart", "verdict"]
+    assert "not better placed than mr[smart] (placement test" in s.loc["smart", "verdict"]
     # merges do not move latency: the effect does not transfer
     better = dict(rate, **{"mr[smart]": lambda s, d: 0.06 + 0.001 * ((s + d) % 3)})
     s, _ = _verdicts(plan, _runs(plan, better, slow=1.0))
@@ -293,6 +416,86 @@ def test_claim_gate_reasons():
     s, _ = _verdicts(p1, _runs(p1, better))
     assert "too few seeds" in s.loc["smart", "verdict"]
     assert math.isnan(s.loc["smart", "sync_excess_ci_low"])
+
+
+def test_gate_tests_in_the_claimed_direction_only():
+    """27 seeds a little worse than every draw and 3 far better: the mean favours the policy and a
+    two-sided test on the mean difference calls it significant; the one-sided placement test does not."""
+    plan = _plan(n_seeds=30, draws=5)
+    rate = {
+        "no_sync": lambda s, d: 0.02,
+        "smart": lambda s, d: 0.001 if s < 3 else 0.0401,
+        "dumb": lambda s, d: 0.05,
+        "oracle": lambda s, d: 0.04,
+        "mr[smart]": lambda s, d: 0.035 + 0.001 * d,
+    }
+    s, res = _verdicts(plan, _runs(plan, rate))
+    c = res["comparisons"].set_index("policy").loc["smart"]
+    assert c["diff_mean"] < 0 and c["p_wilcoxon"] < 0.01
+    assert c["p_placement"] > 0.99 and c["mean_rank"] > 0.8
+    assert "not better placed" in s.loc["smart", "verdict"]
+
+
+def test_holm_runs_over_the_whole_sweep_and_leaves_untestable_comparisons_out():
+    plan = _plan(n_seeds=6, draws=3)
+    plan["regimes"] = [{"name": "r", "scenario_hash": "h"}, {"name": "q", "scenario_hash": "h2"}]
+    rate = {
+        "no_sync": lambda s, d: 0.02,
+        "smart": lambda s, d: 0.021,
+        "dumb": lambda s, d: 0.05,
+        "oracle": lambda s, d: 0.03 + 0.001 * (s % 2),
+        "mr[smart]": lambda s, d: 0.025 + 0.001 * d,
+    }
+    runs = _runs(plan, rate)
+    runs = pd.concat([runs, runs.assign(regime="q", scenario_hash="h2")], ignore_index=True)
+    # in regime q every run has the same violations: nothing to test there
+    q = runs["regime"] == "q"
+    runs.loc[q, "slo_violation_rate"] = 0.02
+    runs.loc[q, "sync_excess"] = 0.0
+    s, res = _verdicts(plan, runs)
+    comps = res["comparisons"]
+    tested = comps["p_placement"].notna()
+    assert list(comps.loc[tested, "regime"]) == ["r", "r"] and not tested[comps["regime"] == "q"].any()
+    np.testing.assert_allclose(comps.loc[tested, "p_placement_holm"], holm(comps.loc[tested, "p_placement"]))
+    assert res["family"].startswith("2 policy-vs-matched-random comparisons") and "2 more without one" in res["family"]
+    summ = res["summary"]
+    q_smart = summ[summ["regime"] == "q"].set_index("policy").loc["smart"]
+    assert "placement not testable" in q_smart["verdict"] and q_smart["sync_excess_note"] == "all zero"
+    assert math.isnan(q_smart["sync_excess_ci_low"])
+
+
+def test_transfer_is_measured_on_the_matched_random_draws():
+    """The policy slows the requests it overlaps, random placement does not: the effect does not
+    transfer (the regime's figure is the draws'), and the policy's own ratio is reported beside it."""
+    plan = _plan(n_seeds=8, draws=5)
+    rate = {k: (lambda s, d: 0.02 + 0.001 * ((s + d) % 3)) for k in ("no_sync", "smart", "dumb", "oracle", "mr[smart]")}
+    runs = _runs(plan, rate)
+    pol = runs["role"] == "policy"
+    runs.loc[~pol, "e2e_p95_overlap_matched_s"] = runs.loc[~pol, "e2e_p95_overlap_baseline_s"] * 1.01
+    runs["p95_ratio_matched"] = runs["e2e_p95_overlap_matched_s"] / runs["e2e_p95_overlap_baseline_s"]
+    s, res = _verdicts(plan, runs)
+    assert s.loc["smart", "transfer_basis"] == "matched-random draws"
+    assert s.loc["smart", "regime_p95_ratio"] == pytest.approx(1.01, rel=1e-3)
+    assert s.loc["smart", "p95_ratio_matched"] == pytest.approx(1.5, rel=0.01)
+    assert not s.loc["smart", "effect_transfers"] and "effect too small" in s.loc["smart", "verdict"]
+    sens = res["sensitivity"]
+    own = sens[(sens["basis"] == "the policy's own runs")]
+    assert set(own["threshold"]) == {1.0, 1.02, 1.05, 1.1}
+
+
+def test_verdict_says_merges_relieve_serving():
+    plan = _plan(n_seeds=8, draws=5)
+    rate = {
+        "no_sync": lambda s, d: 0.10,
+        "smart": lambda s, d: 0.05 + 0.001 * (s % 3),
+        "dumb": lambda s, d: 0.05,
+        "oracle": lambda s, d: 0.05,
+        "mr[smart]": lambda s, d: 0.05 + 0.001 * ((s + d) % 3),
+    }
+    s, _ = _verdicts(plan, _runs(plan, rate, slow=0.8))
+    assert s.loc["smart", "transfer_state"] == "relieves"
+    assert "merges relieve serving here" in s.loc["smart", "verdict"]
+    assert "does not transfer" not in s.loc["smart", "verdict"]
 
 
 def test_failed_runs_show_as_incomplete():

@@ -58,3 +58,22 @@ def test_no_sync_has_no_stress_and_every_batch_accounted_for():
     sc = with_overrides(load_scenario(TESTBED / "stage12_bursty.yaml"), {"policy": {"name": "no_sync"}})
     res = simulate(sc, 23, check=True)  # check: the closed-loop invariants
     assert res.cotenant_windows == [] and res.summary["testbed"]["slo_pct"] == 0.0
+
+
+def test_a_sweep_measures_the_merges_effect_on_the_cotenant_windows():
+    """Merges that hold nothing act through the co-tenant's window after each merge: a sweep's run
+    record measures "overlapping" on those windows (no request overlaps the instant merges), and the
+    stressed requests are slower than the rest; on an ordinary scenario overlapping means merges."""
+    from wadiloco.experiments.sweep.worker import execute_task
+    from wadiloco.models import metrics as M
+
+    sc = with_overrides(load_scenario(TESTBED / "stage12_bursty.yaml"), {"horizon_s": 200})
+    task = {"scenario": sc, "policy": "replay", "params": {"schedule": "stage12_calibrated_replay"}, "seed": 29}
+    out = execute_task({**task, "draw": 0, "reference": None, "baseline": None})
+    s = out["summary"]
+    assert out["status"] == "ok" and s[M.OVERLAP_WINDOW] == M.COTENANT_WINDOWS and s["merges"] >= 2
+    assert s[M.E2E_P95_OVERLAP] > 1.2 * s[M.E2E_P95_NO_OVERLAP]
+    plain = with_overrides(load_scenario(ROOT / "scenarios" / "bursty.yaml"), {"horizon_s": 120, "drain_s": 5})
+    task = {"scenario": plain, "policy": "fixed", "params": {"H": 128}, "seed": 0, "draw": 0}
+    s = execute_task({**task, "reference": None, "baseline": None})["summary"]
+    assert s[M.OVERLAP_WINDOW] == M.MERGE_WINDOWS

@@ -15,7 +15,8 @@ A sweep YAML names
       - {name: matched_random, references: [fixed_H256], draws: 3}
     seeds: 3                          # a count (0..N-1) or a list of seeds
     bootstrap: {n_resamples: 9999, confidence: 0.95, method: BCa, seed: 0}
-    gate: {alpha: 0.05, min_p95_ratio: 1.05, transfer: matched, envelope: [2.5, 97.5]}
+    gate: {alpha: 0.05, min_p95_ratio: 1.05, transfer: matched, envelope: [2.5, 97.5],
+           transfer_alternatives: [1.0, 1.02, 1.1]}
     timeline_seed: 0                  # whose timelines are stored for the timeline figure
 
 How the entries expand into arms and runs: experiments/sweep/plan.py.
@@ -75,6 +76,18 @@ class GateSpec(Strict):
         "overlap: overlapping vs non-overlapping requests of the same run",
     )
     envelope: tuple[float, float] = (2.5, 97.5)
+    transfer_alternatives: list[float] = Field(
+        [1.0, 1.02, 1.1],
+        max_length=20,
+        description="other min_p95_ratio values the report shows the verdicts at (1.05 is a project choice)",
+    )
+
+    @field_validator("transfer_alternatives")
+    @classmethod
+    def _alts(cls, v):
+        if any(not (1 <= x <= 100) for x in v):
+            raise ValueError("transfer alternatives are p95 ratios between 1 and 100")
+        return v
 
     @field_validator("envelope", mode="before")
     @classmethod
