@@ -10,6 +10,12 @@ the fleet would have if it did not train, and the difference is what training co
 That difference means something only if merges happened: every search records how many merges
 the run at its answer load made, and the result says (`merge_warning`) when a policy's runs had
 none, or fewer than `MIN_MERGES` (e.g. a horizon shorter than the policy's interval).
+
+Bisection brackets each seed's answer between the last load that met the target and the first
+that did not (`bracket`); the reported interval covers that resolution: from the CI's low end of
+the seeds' lower ends to the CI's high end of their upper ends (seeds without variance: the ends
+themselves). Bisection assumes attainment falls as load rises; every search checks that on the
+loads it visited and says when it does not (`monotone_warning`).
 """
 
 from __future__ import annotations
@@ -86,32 +92,27 @@ def search_seed(
     fleet_kw: dict | None = None,
     tick=None,
 ) -> dict[str, Any]:
-    """Bisection on one seed: the largest load found feasible, its rate, and the merges the run at
-    that load made. `tick()` is called after every run (a progress bar's)."""
+    """Bisection on one seed: the largest load found feasible, the bracket it lies in, its rate, the
+    merges the run at that load made, and the (load, attainment) points visited. `tick()` is
+    called after every run (a progress bar's)."""
     if spec.horizon_s:
         sc = with_overrides(sc, {"horizon_s": spec.horizon_s})
-    evals = 0
+    visited: list[tuple[float, float]] = []
 
     def at(load: float) -> tuple[float, float, int]:
-        nonlocal evals
         out = attainment_at(sc, load, seed, policy, params, fleet_kw)
-        evals += 1
+        visited.append((float(load), float(out[0])))
         if tick is not None:
             tick()
         return out
 
-    lo, hi = spec.lo, spec.hi
+    lo, hi, t = spec.lo, spec.hi, spec.attainment
     a_lo, cap, merges = at(lo)
-
-    def found(load: float, m: int, bracket: list[float], note: str = "") -> dict[str, Any]:
-        rec = {"seed": seed, "max_load": load, "max_rate": load * cap, "capacity_rps": cap, "merges": m}
-        return {**rec, "evals": evals, "bracket": bracket, "note": note}
-
     if a_lo < spec.attainment:
-        return found(0.0, merges, [0.0, lo], f"attainment {a_lo:.3f} < target even at load {lo}")
+        return _found(seed, cap, visited, 0.0, merges, [0.0, lo], f"attainment {a_lo:.3f} < target at load {lo}", t)
     a_hi, _, m_hi = at(hi)
     if a_hi >= spec.attainment:
-        return found(hi, m_hi, [hi, math.inf], f"target still met at the top of the range (load {hi})")
+        return _found(seed, cap, visited, hi, m_hi, [hi, math.inf], f"target still met at the top ({hi})", t)
     for _ in range(MAX_BISECTIONS):  # the bound holds whatever tol is
         if not hi - lo > spec.tol:
             break
@@ -121,7 +122,25 @@ def search_seed(
             lo, merges = mid, m
         else:
             hi = mid
-    return found(lo, merges, [lo, hi])
+    return _found(seed, cap, visited, lo, merges, [lo, hi], target=t)
+
+
+def _found(
+    seed: int, cap: float, visited: list, load: float, m: int, bracket: list[float], note: str = "", target=None
+):
+    """One seed's answer, with whether attainment fell with load on the points visited (`monotone`),
+    and whether a rise straddles the target (`misordered`: a load that missed it below one that met
+    it, so the bisection's answer may be off; a rise on one side of the target changes nothing)."""
+    pts = sorted(visited)
+    rises = [(a, b) for a, b in zip(pts, pts[1:]) if b[1] > a[1]]
+    miss = [p for p in pts if target is not None and p[1] < target]
+    misordered = bool(miss) and any(p[1] >= target and p[0] > miss[0][0] for p in pts)
+    if rises:
+        (l0, a0), (l1, a1) = rises[0]
+        note = "; ".join(n for n in (note, f"attainment rose with load ({a0:.4f} at {l0:g}, {a1:.4f} at {l1:g})") if n)
+    rec = {"seed": seed, "max_load": load, "max_rate": load * cap, "max_rate_high": bracket[1] * cap}
+    rec.update(capacity_rps=cap, merges=m, evals=len(visited), bracket=bracket, visited=[list(p) for p in pts])
+    return {**rec, "monotone": not rises, "misordered": misordered, "note": note}
 
 
 def _task(args):
@@ -129,10 +148,11 @@ def _task(args):
 
 
 def mean_ci(xs: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """Mean and bootstrap CI; no interval (NaN bounds) for fewer than 2 values or no variance."""
     x = np.asarray(xs, float)
     m = float(np.mean(x))
     if len(x) < 2 or np.ptp(x) == 0:
-        return m, m, m
+        return m, math.nan, math.nan
     from scipy.stats import bootstrap
 
     method = "BCa" if len(x) >= 5 else "percentile"
@@ -148,6 +168,21 @@ def mean_ci(xs: list[float], confidence: float = 0.95, seed: int = 0) -> tuple[f
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = float(np.min(x)), float(np.max(x))
     return m, lo, hi
+
+
+def bracket_interval(lows: list[float], highs: list[float]) -> tuple[float, float, float]:
+    """(mean of the lower ends, low, high): the CI's low end of the lower ends to the CI's high end of
+    the upper ends, so the interval holds the bisection's resolution too; ends without variance (or a
+    single seed) count as they are; an unbounded end gives an unbounded interval."""
+    return float(np.mean(lows)), _end(lows, low=True), _end(highs, low=False)
+
+
+def _end(x: list[float], low: bool) -> float:
+    if not all(math.isfinite(v) for v in x):
+        return -math.inf if low else math.inf
+    _, lo, hi = mean_ci(x)
+    end = lo if low else hi
+    return end if math.isfinite(end) else float(min(x) if low else max(x))
 
 
 def search_runs(spec: SearchSpec, policy: str, seeds: int) -> int:
@@ -214,7 +249,8 @@ def capacity(
     bar=None,
 ) -> dict[str, Any]:
     """The search for `policy` and for no_sync on every seed. `bar` (a tqdm) advances per run;
-    its total is `search_runs(spec, policy, seeds)`."""
+    its total is `search_runs(spec, policy, seeds)`. With `policy` no_sync the baseline is the same
+    search, so there is no cost to measure (NaN, and `capacity_cost_note` says so)."""
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
     if seeds < 1:
@@ -223,28 +259,60 @@ def capacity(
     tasks = [(sc, s, p, pp, spec, fleet_kw) for p, pp in runs for s in range(seeds)]
     results = _searches(tasks, spec, workers, bar)
     pol, base = results[:seeds], results[seeds:] or results[:seeds]
-    m, lo, hi = mean_ci([r["max_rate"] for r in pol])
-    bm, blo, bhi = mean_ci([r["max_rate"] for r in base])
-    cost = [1 - p["max_rate"] / b["max_rate"] if b["max_rate"] > 0 else float("nan") for p, b in zip(pol, base)]
-    cm, clo, chi = mean_ci([c for c in cost if c == c]) if any(c == c for c in cost) else (float("nan"),) * 3
+    m, lo, hi = bracket_interval([r["max_rate"] for r in pol], [r["max_rate_high"] for r in pol])
+    bm, blo, bhi = bracket_interval([r["max_rate"] for r in base], [r["max_rate_high"] for r in base])
+    cost = _cost(pol, base) if policy != "no_sync" else {"capacity_cost_note": "no_sync is its own baseline: no cost"}
     return {
         "scenario": sc.name,
         "policy": policy,
         "attainment_target": spec.attainment,
         "seeds": seeds,
         "max_rate_rps_per_sidecar": m,
+        "max_rate_upper_rps_per_sidecar": float(np.mean([r["max_rate_high"] for r in pol])),
         "max_rate_ci_low": lo,
         "max_rate_ci_high": hi,
+        "resolution_rps_per_sidecar": float(spec.tol * np.mean([r["capacity_rps"] for r in pol])),
         "max_load": float(np.mean([r["max_load"] for r in pol])),
         "no_sync_max_rate_rps_per_sidecar": bm,
         "no_sync_max_rate_ci_low": blo,
         "no_sync_max_rate_ci_high": bhi,
-        "capacity_cost_fraction": cm,
-        "capacity_cost_ci_low": clo,
-        "capacity_cost_ci_high": chi,
+        **{"capacity_cost_fraction": math.nan, "capacity_cost_ci_low": math.nan, "capacity_cost_ci_high": math.nan},
+        **cost,
         "merges_min": min(r["merges"] for r in pol),
         "merges_mean": float(np.mean([r["merges"] for r in pol])),
         "merge_warning": merge_warning(sc, policy, pol, spec.horizon_s),
+        "monotone_warning": monotone_warning(pol + (base if policy != "no_sync" else [])),
         "per_seed": pol,
         "no_sync_per_seed": base,
     }
+
+
+def _cost(pol: list[dict], base: list[dict]) -> dict[str, Any]:
+    """1 - the policy's rate over no_sync's, per seed, with the brackets of both: the seed's cost
+    lies between 1 - upper/lower and 1 - lower/upper."""
+    pairs = [(p, b) for p, b in zip(pol, base) if b["max_rate"] > 0]
+    if not pairs:
+        return {"capacity_cost_note": "no_sync met the target at no load searched: no cost to measure"}
+    mid = [1 - p["max_rate"] / b["max_rate"] for p, b in pairs]
+    lows = [1 - p["max_rate_high"] / b["max_rate"] for p, b in pairs]
+    highs = [1 - p["max_rate"] / b["max_rate_high"] if math.isfinite(b["max_rate_high"]) else 1.0 for p, b in pairs]
+    return {
+        "capacity_cost_fraction": float(np.mean(mid)),
+        "capacity_cost_ci_low": _end(lows, low=True),
+        "capacity_cost_ci_high": _end(highs, low=False),
+    }
+
+
+def monotone_warning(per_seed: list[dict[str, Any]]) -> str:
+    """Where a search met the target at a load above one where it missed it (bisection assumes
+    attainment falls with load, so that answer may be off); rises on one side of the target are
+    only counted."""
+    bad = [r for r in per_seed if r.get("misordered")]
+    rose = sum(not r.get("monotone", True) for r in per_seed)
+    if not bad:
+        return ""
+    return (
+        f"on {len(bad)} of {len(per_seed)} searches a load that missed the target lies below one that met it "
+        f"(seed {bad[0]['seed']}: {bad[0]['note']}); bisection assumes attainment falls with load, so those "
+        f"answers may be off ({rose} searches saw attainment rise with load somewhere)"
+    )

@@ -78,21 +78,37 @@ def _setup(args):
 
 
 def _fmt(r: dict) -> str:
-    """One capacity answer in words, with its merge warning when the runs made too few merges."""
+    """One capacity answer in words: the rates with intervals that hold the bisection's resolution,
+    the cost, and the warnings (too few merges, attainment that did not fall with load)."""
     text = (
         f"{r['scenario']} / {r['policy']}: {r['max_rate_rps_per_sidecar']:.2f} req/s per sidecar "
-        f"[{r['max_rate_ci_low']:.2f}, {r['max_rate_ci_high']:.2f}] at {r['attainment_target']:.0%} SLO attainment; "
-        f"without merges {r['no_sync_max_rate_rps_per_sidecar']:.2f} "
-        f"[{r['no_sync_max_rate_ci_low']:.2f}, {r['no_sync_max_rate_ci_high']:.2f}]"
+        f"{_interval(r['max_rate_ci_low'], r['max_rate_ci_high'])} at {r['attainment_target']:.0%} SLO attainment "
+        f"(bisection resolution {r['resolution_rps_per_sidecar']:.2f} req/s, inside the interval); without merges "
+        f"{r['no_sync_max_rate_rps_per_sidecar']:.2f} "
+        f"{_interval(r['no_sync_max_rate_ci_low'], r['no_sync_max_rate_ci_high'])}"
     )
     if r["policy"] == "no_sync":
-        return f"{text} ({r['seeds']} seeds)"
-    text += (
-        f"; training costs {_pct(r['capacity_cost_fraction'])} "
-        f"[{_pct(r['capacity_cost_ci_low'])}, {_pct(r['capacity_cost_ci_high'])}] of serving capacity "
-        f"({r['seeds']} seeds, {r['merges_mean']:.1f} merges per run at the answer, fewest {r['merges_min']})"
-    )
-    return text + (f"\nwarning: {r['merge_warning']}" if r["merge_warning"] else "")
+        text += f" ({r['seeds']} seeds)"
+    else:
+        text += (
+            f"; training costs {_pct(r['capacity_cost_fraction'])} "
+            f"{_interval(r['capacity_cost_ci_low'], r['capacity_cost_ci_high'], _pct)} of serving capacity "
+            f"({r['seeds']} seeds, {r['merges_mean']:.1f} merges per run at the answer, fewest {r['merges_min']})"
+        )
+    for w in (
+        r.get("capacity_cost_note") if r["policy"] != "no_sync" else "",
+        r["merge_warning"],
+        r["monotone_warning"],
+    ):
+        text += f"\nwarning: {w}" if w else ""
+    return text
+
+
+def _interval(lo: float, hi: float, fmt=lambda x: f"{x:.2f}") -> str:
+    """[lo, hi]; an open end reads as such (an interval of data without variance is the bracket)."""
+    if lo != lo or hi != hi:
+        return "(no interval)"
+    return f"[{fmt(lo) if math.isfinite(lo) else '-inf'}, {fmt(hi) if math.isfinite(hi) else 'unbounded'}]"
 
 
 def _pct(x: float) -> str:
@@ -212,23 +228,25 @@ def _whatif(out, variants, path: str, search, args) -> list[dict]:
 def _markdown(df, path: str) -> str:
     """The table a reader sees: rates in req/s, the cost in percent, merges per run beside it."""
     t = df[[path]].copy()
-    t["max rate (req/s/sidecar) [CI]"] = [
-        f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+    t["max rate (req/s/sidecar) [interval]"] = [
+        f"{m:.2f} {_interval(lo, hi)}"
         for m, lo, hi in zip(df["max_rate_rps_per_sidecar"], df["max_rate_ci_low"], df["max_rate_ci_high"])
     ]
     t["no_sync max rate (req/s/sidecar)"] = [f"{x:.2f}" for x in df["no_sync_max_rate_rps_per_sidecar"]]
-    t["training cost (%) [CI]"] = [
-        f"{_pct(m)} [{_pct(lo)}, {_pct(hi)}]"
+    t["training cost (%) [interval]"] = [
+        f"{_pct(m)} {_interval(lo, hi, _pct)}"
         for m, lo, hi in zip(df["capacity_cost_fraction"], df["capacity_cost_ci_low"], df["capacity_cost_ci_high"])
     ]
     t["merges per run (mean, min)"] = [f"{m:.1f}, {n}" for m, n in zip(df["merges_mean"], df["merges_min"])]
-    t["warning"] = [w or "" for w in df["merge_warning"]]
+    t["warning"] = ["; ".join(w for w in ws if w) for ws in zip(df["merge_warning"], df["monotone_warning"])]
     return t.to_markdown(index=False) + "\n"
 
 
 def _figure(df, path: str, policy: str) -> bytes:
     """Capacity against the varied field: on a log axis at the values themselves when they are
     positive numbers (10, 25, 100 Gb/s are not evenly spaced), as categories otherwise."""
+    import numpy as np
+
     from wadiloco.experiments.figures import Figure, png_bytes, style
 
     with style():
@@ -242,7 +260,8 @@ def _figure(df, path: str, policy: str) -> bytes:
             ("no_sync_max_rate_rps_per_sidecar", "no_sync_max_rate_ci_low", "no_sync_max_rate_ci_high", "no_sync"),
         ):
             y = df[col].to_numpy()
-            ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), df[hi].to_numpy() - y], marker="o", capsize=4, label=label)
+            top = np.where(np.isfinite(df[hi].to_numpy()), df[hi].to_numpy(), y)  # an open end: no bar up
+            ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), top - y], marker="o", capsize=4, label=label)
         if numeric and len(set(x)) > 1 and max(x) / min(x) >= 4:
             ax.set_xscale("log")
         ax.set_xticks(x, [str(v) for v in vals])

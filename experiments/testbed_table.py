@@ -94,6 +94,13 @@ def _md(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def _with_ci(m, lo, hi, digits: int = 2) -> str:
+    """mean [low, high]; where every seed gave the same value, the mean and that (no [x, x] interval)."""
+    if lo is not None and hi is not None and lo == hi:
+        return f"{_f(m, digits)} ({'all zero' if m == 0 else 'no variance across seeds'})"
+    return f"{_f(m, digits)} [{_f(lo, digits)}, {_f(hi, digits)}]"
+
+
 def stage10_table(rows: list[dict]) -> list[str]:
     header = ["run"] + [f"{FIG_NAMES[k]} meas / sim (err)" for k in tp.FIGURES] + ["note"]
     body = []
@@ -124,12 +131,37 @@ def predictions_table(preds: dict) -> list[str]:
                     key,
                     pol,
                     _f(c["merges"], 1),
-                    f"{_f(c['slo_pct'], 2)} [{_f(lo, 2)}, {_f(hi, 2)}]",
-                    f"{_f(c['sync_excess_pct'], 2)} [{_f(elo, 2)}, {_f(ehi, 2)}]",
+                    _with_ci(c["slo_pct"], lo, hi),
+                    _with_ci(c["sync_excess_pct"], elo, ehi),
                     _f(c["sync_p95_ratio"]),
                     verdict,
                 ]
             )
+    return _md(header, body)
+
+
+# The paper's own Stage 12-13 figures (SLO-violation %, ../shared/SPEC.md section 1) and the twin's
+# cell each is set beside: (stage, the twin's policy, what the paper names, its figure).
+PAPER_FIGURES = [
+    ("stage12_bursty", "stage12_calibrated_replay", "offline calibrated oracle", 4.45),
+    ("stage12_bursty", "random_matched", "matched-random", 6.26),
+    ("stage12_bursty", "wa_diloco", "workload-aware controller", 6.92),
+    ("stage13_bursty", "online_calibrated_wa", "online controller, EWMA forecast", 5.09),
+    ("stage12_bursty", "random_matched", "its matched-random (Stage 13; the twin: Stage 12's draws)", 6.54),
+]
+
+
+def paper_table(preds: dict) -> list[str]:
+    """The twin's predictions beside the paper's own figures: is each inside the twin's 95% CI?"""
+    header = ["stage", "paper: policy", "paper SLO %", "twin: policy", "twin SLO % [95% CI]", "paper inside the CI"]
+    body = []
+    for key, pol, name, fig in PAPER_FIGURES:
+        c = preds.get(key, {}).get(pol)
+        if c is None:
+            continue
+        lo, hi = c["slo_ci"]
+        inside = "yes" if lo <= fig <= hi else f"no ({fig - c['slo_pct']:+.2f} pp from the twin's mean)"
+        body.append([key.split("_")[0], name, f"{fig:.2f}", pol, _with_ci(c["slo_pct"], lo, hi), inside])
     return _md(header, body)
 
 
@@ -138,6 +170,8 @@ def render(data: dict[str, Any]) -> str:
     lines += stage10_table(data["stage10"]) + [""]
     lines += ["#### Stages 11-13: predictions (mean over seeds 23, 29, 31, 37, 41)", ""]
     lines += predictions_table(data["predictions"]) + [""]
+    lines += ["#### Stages 12-13 beside the paper's own figures", ""]
+    lines += paper_table(data["predictions"]) + [""]
     if "sensitivity" in data:
         lines += ["#### Sensitivity: how far each SLO % prediction moves (pp) when an assumption changes", ""]
         lines += ts.sensitivity_table(data["sensitivity"]) + [""]

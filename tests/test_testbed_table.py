@@ -172,3 +172,19 @@ def test_batch_slope_scale_scales_the_slope_and_keeps_the_reference_iteration():
     m1, m2 = one.models[ts.MODEL], two.models[ts.MODEL]
     assert m2.d == pytest.approx(2 * m1.d) and m2.iteration_s(8) == pytest.approx(m1.iteration_s(8))
     assert two.relative_slope == pytest.approx(2 * one.relative_slope)
+
+
+def test_the_committed_predictions_beside_the_papers_figures():
+    """docs/testbed/predictions.json (committed before any comparison) beside SPEC.md's Stage 12-13
+    figures: each row says whether the paper's figure lies inside the twin's CI; a cell whose seeds
+    all agree reads as such, not as an [x, x] interval."""
+    from pathlib import Path
+
+    preds = json.loads((Path(tt.__file__).resolve().parents[1] / "docs/testbed/predictions.json").read_text())
+    rows = tt.paper_table(preds["predictions"])
+    text = "\n".join(rows)
+    assert len(rows) == 2 + len(tt.PAPER_FIGURES)
+    assert "| stage12 | workload-aware controller | 6.92 | wa_diloco | 8.29 [6.66, 9.75] | yes |" in text
+    assert "| 4.94 (no variance across seeds) | no (-0.49 pp from the twin's mean) |" in text
+    assert "| online controller, EWMA forecast | 5.09 | online_calibrated_wa |" in text
+    assert tt._with_ci(0.0, 0.0, 0.0) == "0.00 (all zero)"
