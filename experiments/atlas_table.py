@@ -9,9 +9,11 @@ that shows which resource carries the interference). Per cell the table gives, f
 summary.csv and runs.csv:
 - sync-excess of `fixed` and of `wa_diloco` (SLO-violation points over no_sync on the same seed)
   with the protocol's bootstrap CI over seeds;
-- placement gain: per seed, the sync-excess of `offline_calibrated[wa_diloco]` (the oracle) and of
-  `wa_diloco` minus the mean over that seed's `matched_random[wa_diloco]` draws (negative: better
-  placed than random at the same merge budget), mean and bootstrap CI;
+- placement gain: per seed, the sync-excess of each oracle spending wa_diloco's budget (`overlap_oracle`,
+  which minimises the arrivals a merge overlaps, and `sim_oracle`, which simulates placements on the
+  seed) and of `wa_diloco`, minus the mean over that seed's `matched_random[wa_diloco]` draws
+  (negative: better placed than random at the same merge budget), mean and bootstrap CI (or why
+  there is none: all zero, no variance across seeds);
 - training progress: wa_diloco's final loss and inner steps (a no-barrier mitigation takes more);
 - capacity cost at 90% SLO attainment: 1 - wa_diloco's largest load over no_sync's, from
   `--capacity` (a bisection per seed, experiments.capacity; written to DIR/atlas_capacity.json and
@@ -37,7 +39,8 @@ START = "<!-- atlas:start -->"
 END = "<!-- atlas:end -->"
 SEP = "__"
 UNL = "unl-"
-ORACLE, WA, FIXED, MR = "offline_calibrated", "wa_diloco", "fixed", "matched_random[wa_diloco]"
+WA, FIXED, MR = "wa_diloco", "fixed", "matched_random[wa_diloco]"
+ORACLES = {"gain_overlap": "overlap_oracle", "gain_sim": "sim_oracle"}  # record key -> label
 CAPACITY_FILE = "atlas_capacity.json"
 # a coarse search per cell of one regime (bursty: a workload with a load to scale)
 CAPACITY = {"regime": "bursty", "attainment": 0.9, "lo": 0.1, "hi": 1.3, "tol": 0.05, "seeds": 2}
@@ -87,15 +90,15 @@ def _tables(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, analyse(plan, runs)["summary"]
 
 
-def _ci(x) -> tuple[float, float, float]:
+def _ci(x) -> tuple[float, float, float, str]:
     from wadiloco.experiments.stats import bootstrap_mean_ci
     from wadiloco.models.rng import stream
 
     ci = bootstrap_mean_ci(x, n_resamples=4999, rng=stream(0, "atlas"))
-    return ci.mean, ci.low, ci.high
+    return ci.mean, ci.low, ci.high, ci.note
 
 
-def _gain(runs: pd.DataFrame, regime: str, policy: str) -> tuple[float, float, float]:
+def _gain(runs: pd.DataFrame, regime: str, policy: str) -> tuple:
     """Per seed: the policy's sync-excess minus the mean of the matched-random draws; mean and CI."""
     r = runs[(runs["regime"] == regime) & (runs["status"] == "ok")]
     pol = r[r["policy"] == policy].groupby("seed")["sync_excess"].mean()
@@ -104,15 +107,17 @@ def _gain(runs: pd.DataFrame, regime: str, policy: str) -> tuple[float, float, f
     return _ci(d.to_numpy()) if len(d) else (math.nan,) * 3
 
 
-def _se(summary: pd.DataFrame, regime: str, policy: str) -> tuple[float, float, float]:
+def _se(summary: pd.DataFrame, regime: str, policy: str) -> tuple:
     """The protocol's sync-excess of `policy` (a label; for `fixed`, any fixed cadence: the testbed
-    cell's is H=512, labelled fixed_tb)."""
+    cell's is H=512, labelled fixed_tb), with the note that replaces a missing interval."""
     col = "policy_name" if policy == FIXED else "policy"
     row = summary[(summary["regime"] == regime) & (summary[col] == policy)]
     if row.empty:
         return (math.nan,) * 3
     r = row.iloc[0]
-    return float(r["sync_excess_mean"]), float(r["sync_excess_ci_low"]), float(r["sync_excess_ci_high"])
+    note = r.get("sync_excess_note", "")
+    note = note if isinstance(note, str) else ""
+    return float(r["sync_excess_mean"]), float(r["sync_excess_ci_low"]), float(r["sync_excess_ci_high"]), note
 
 
 def kv_times(out: Path) -> dict[tuple[str, str], float]:
@@ -150,7 +155,7 @@ def cells(out_dir: str | Path) -> list[dict[str, Any]]:
         rec = {"name": regime, **parts}
         rec["se_fixed"] = _se(summary, regime, FIXED)
         rec["se_wa"] = _se(summary, regime, WA)
-        rec["gain_oracle"] = _gain(runs, regime, ORACLE)
+        rec.update({key: _gain(runs, regime, label) for key, label in ORACLES.items()})
         rec["gain_wa"] = _gain(runs, regime, WA)
         rec["merges_wa"] = float(wa["merges"].mean()) if len(wa) else math.nan
         rec["loss_wa"] = float(wa["final_loss"].mean()) if len(wa) else math.nan
@@ -197,12 +202,14 @@ def run_capacity(out_dir: str | Path, workers: int = 2) -> dict[str, Any]:
 
 
 def _pp(t, digits: int = 2) -> str:
-    """A (mean, low, high) of fractions as percentage points with its CI."""
+    """A (mean, low, high[, note]) of fractions as percentage points with its CI, or why it has none."""
     if t is None or not math.isfinite(t[0]):
         return "n/a"
-    m, lo, hi = (100 * float(x) for x in t)
-    ci = f" [{lo:+.{digits}f}, {hi:+.{digits}f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-    return f"{m:+.{digits}f}{ci}"
+    m, lo, hi = (100 * float(x) for x in t[:3])
+    note = t[3] if len(t) > 3 and t[3] else ""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"{m:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+    return f"{m:+.{digits}f}" + (f" ({note})" if note else "")
 
 
 def _num(x, digits: int = 3) -> str:
@@ -216,7 +223,8 @@ def table(recs: list[dict[str, Any]]) -> list[str]:
         "regime",
         "sync-excess fixed, pp [CI]",
         "sync-excess wa_diloco, pp [CI]",
-        "gain oracle - MR, pp [CI]",
+        "gain overlap_oracle - MR, pp [CI]",
+        "gain sim_oracle - MR, pp [CI]",
         "gain wa_diloco - MR, pp [CI]",
         "wa merges",
         "wa final loss",
@@ -230,7 +238,8 @@ def table(recs: list[dict[str, Any]]) -> list[str]:
         cap = r["capacity_cost"]
         rows.append(
             [r["design"], r["mitigation"], r["regime"], _pp(r["se_fixed"]), _pp(r["se_wa"])]
-            + [_pp(r["gain_oracle"]), _pp(r["gain_wa"]), _num(r["merges_wa"], 1), _num(r["loss_wa"], 4)]
+            + [_pp(r["gain_overlap"]), _pp(r["gain_sim"]), _pp(r["gain_wa"]), _num(r["merges_wa"], 1)]
+            + [_num(r["loss_wa"], 4)]
             + [_num(r["steps_wa"], 0), _pp(cap, 1) if cap else "not searched"]
         )
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(x) + " |" for x in rows]
@@ -351,10 +360,14 @@ INTRO = (
     "calibration protocol ({runs} runs: {seeds} seeds, {horizon}). Sync-excess is a run's SLO-violation rate minus "
     "the no_sync run's on the same seed, in percentage points; placement gain is a policy's sync-excess minus the "
     "mean of `matched_random[wa_diloco]` on the same seed (negative: placed better than random at the same merge "
-    "budget); a design's deciding resource is the one whose `fleet.unlimited` control moves fixed's sync-excess the "
+    "budget), for two oracles spending wa_diloco's budget, `overlap_oracle` (minimises the request arrivals a merge "
+    "overlaps: a proxy) and `sim_oracle` (simulates candidate placements on the seed and keeps the one with the "
+    "fewest violations: a local search, exact on its own seed, that can profit from luck), and for wa_diloco; a "
+    "cell whose values do not vary says so (all zero, no variance across seeds) instead of an interval; a design's "
+    "deciding resource is the one whose `fleet.unlimited` control moves fixed's sync-excess the "
     "most (negative sync-excess: merges free a resource serving needed). Capacity cost: 1 - wa_diloco's largest "
     "load at 90% SLO attainment over no_sync's (bisection to 0.05 of a sidecar's capacity, 2 seeds, bursty cells "
-    "only). Regenerate: "
+    "only; the interval holds the bisection's bracket). Regenerate: "
     "`wadiloco sweep experiments/atlas.yaml --out DIR --workers 2`, then "
     "`python -m wadiloco.experiments.atlas_table DIR --capacity --readme README.md`."
 )

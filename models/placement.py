@@ -1,7 +1,7 @@
 """Corridor-feasible merge placements: count them, sample one uniformly, find the cheapest.
 
 Plain numpy, no SimPy. The policies `matched_random` (uniform sampler) and
-`offline_calibrated` (minimum-cost dynamic programme) are thin wrappers around this module.
+`overlap_oracle` (minimum-cost dynamic programme) are thin wrappers around this module.
 
 The placement problem
 ---------------------

@@ -324,14 +324,21 @@ def make_sidecars(
 
 
 def make_policy(
-    r: Resolved, seed: int, draw: int, ref_merges: int | None, ref_steps: int | None, arrivals: list[Arrivals]
+    r: Resolved,
+    seed: int,
+    draw: int,
+    ref_merges: int | None,
+    ref_steps: int | None,
+    arrivals: list[Arrivals],
+    simulate=None,
 ) -> Policy:
-    """The run's policy on its own RNG stream; only an oracle is shown the whole arrival schedule."""
+    """The run's policy on its own RNG stream; only an oracle is shown the whole arrival schedule
+    and handed `simulate` (the fleet's what-if: the same run with merges at given steps)."""
     sc = r.scenario
     rng = stream(seed, "policy", r.policy_name, draw)
     ctx = PolicyContext(sc.merge.h_min, sc.merge.h_max, seed, draw, ref_merges, ref_steps, rng, sc.base_dir)
     policy = r.policy(r.params, ctx)
     if r.policy.oracle:
         times = np.sort(np.concatenate([a.t for a in arrivals])) if arrivals else np.empty(0)
-        policy.prepare(FutureView(times, sc.horizon_s, sc.training.step_time_s, sc.fleet.n_sidecars))
+        policy.prepare(FutureView(times, sc.horizon_s, sc.training.step_time_s, sc.fleet.n_sidecars, simulate))
     return policy

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,9 @@ from wadiloco.models import invariants as inv
 from wadiloco.models.clients import load_hash
 from wadiloco.models.config import Resolved, resolve
 from wadiloco.models.latency import LatencyModel
-from wadiloco.models.metrics import add_labels, request_table, summarize, testbed_figures
+from wadiloco.models.metrics import add_labels, censored_e2e, request_table, summarize, testbed_figures
+from wadiloco.models.policies.base import WhatIf
+from wadiloco.models.policies.planned import PlannedSteps
 from wadiloco.models.scenario import Scenario
 from wadiloco.models.tape import Recorder, Replay, Tape
 from wadiloco.models.training import ProgressModel
@@ -106,7 +108,9 @@ class Fleet:
         self.router = make_router(sc, self.seed, env, self.sidecars, self.arrivals, bound, self.clients)
         t = sc.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
-        self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals)
+        self._given = {"arrivals": arrivals, "latency": latency, "lookahead": lookahead, "plan_ahead": plan_ahead}
+        self._what_if_tapes: list[Tape | None] | None = None
+        self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals, self.what_if)
         # a policy that answers from the step count alone is asked without an Observation (`decide`)
         self.planned = plan_ahead and self.policy.next_merge(0, 0) is not None
         self._recorders: list[Recorder] = []  # share(None): the engines' busy periods, as they run
@@ -144,6 +148,25 @@ class Fleet:
         self.trainer.start()
         if self.cotenant is not None:
             self.cotenant.start()
+
+    def what_if(self, steps) -> WhatIf:
+        """This run (scenario, seed, draw, and whatever arrivals or latency model it was given) with
+        merges at exactly `steps`, simulated in full on a fleet of its own: an oracle's question."""
+        r = replace(self.r, policy=PlannedSteps, params=PlannedSteps.Params(steps=tuple(int(k) for k in steps)))
+        fleet = Fleet(r, self.seed, draw=self.draw, check=self.check, **self._given)
+        if fleet.shareable():  # the busy periods every what-if shares with the first (models.tape): same results
+            fleet.share(self._what_if_tapes)
+        res = fleet.run()
+        if self._what_if_tapes is None and fleet.shareable():
+            self._what_if_tapes = fleet.tapes()
+        e2e = censored_e2e(res.requests["e2e"], res.requests["arrival"], float(res.summary["sim_time_s"]))
+        dur = [m.end - m.decided_at for m in res.merges]  # how long each merge held training
+        return WhatIf(
+            int(res.summary["slo_violations"]),
+            float(e2e.sum()),
+            tuple(m.step for m in res.merges),
+            float(np.mean(dur)) if dur else 0.0,
+        )
 
     def _make_trainer(self, bound: LookaheadBound, gs: GpuShare) -> Trainer:
         """The islands: they ask the policy (`decide`; a planned one only about its next merge), run
@@ -319,6 +342,8 @@ class Fleet:
             summary[self.fed.key] = self.fed.summary()
         if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
+        if getattr(self.policy, "search", None):  # only an oracle that searched (sim_oracle): what it did
+            summary["oracle_search"] = dict(self.policy.search)
         if self.cotenant is not None:  # only then: the default summary keeps its keys
             wins = self.cotenant.windows()
             summary["cotenant"] = {

@@ -14,7 +14,7 @@ from wadiloco.experiments.sweep import execute_plan, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 ATLAS = ROOT / "experiments" / "atlas.yaml"
-POLICIES = {"no_sync", "fixed", "wa_diloco", "online_forecast", "offline_calibrated", "matched_random"}
+POLICIES = {"no_sync", "fixed", "wa_diloco", "online_forecast", "overlap_oracle", "sim_oracle", "matched_random"}
 
 
 def _atlas() -> dict:
@@ -79,21 +79,21 @@ def test_quick_atlas_writes_the_readme_section(tmp_path):
     sweep, keep = _quick(tmp_path), QUICK
     out = tmp_path / "out"
     oc = execute_plan(load_sweep(sweep), out, workers=1, progress=False)  # no report: the table needs none
-    assert oc.errors == 0 and oc.ran == 14
+    assert oc.errors == 0 and oc.ran == 16
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{at.START}\nold\n{at.END}\n\nafter\n", encoding="utf-8")
+    readme.write_text(f"# x\n\n{at.START}\nstale table\n{at.END}\n\nafter\n", encoding="utf-8")
     assert at.main([str(out), "--readme", str(readme)]) == 0
     text = readme.read_text(encoding="utf-8")
-    assert "old" not in text and text.endswith(f"{at.END}\n\nafter\n")
-    assert "## When is a merge safe?" in text and "14 runs: 2 seeds, 24 s windows" in text and "![the atlas" in text
+    assert "stale table" not in text and text.endswith(f"{at.END}\n\nafter\n")
+    assert "## When is a merge safe?" in text and "16 runs: 2 seeds, 24 s windows" in text and "![the atlas" in text
     assert (tmp_path / "docs" / "atlas.png").read_bytes()[:4] == b"\x89PNG"
     assert "**v1**:" in text and "unlimited: [host]" in text
     cells = {r["name"]: r for r in at.cells(out)}
     assert set(cells) == keep
     for name in ("v1__none__bursty",):
         r = cells[name]
-        for key in ("se_fixed", "se_wa", "gain_oracle", "gain_wa"):
-            assert len(r[key]) == 3 and r[key][0] == r[key][0], (name, key)  # a mean (not NaN)
+        for key in ("se_fixed", "se_wa", "gain_overlap", "gain_sim", "gain_wa"):
+            assert len(r[key]) in (3, 4) and r[key][0] == r[key][0], (name, key)  # a mean (not NaN)
         assert r["merges_wa"] >= 1 and r["steps_wa"] > 0
     table = [ln for ln in text.splitlines() if ln.startswith("| v1 |")]
     assert len(table) == 1  # the cell; the control is in the paragraph

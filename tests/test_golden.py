@@ -36,9 +36,9 @@ CASES = {
     "bursty_matched_random": ("bursty", ["--policy", "matched_random", "--seed", "1", "--draw", "2"]),
     "sustained_sync_heavy_online_forecast": ("sustained_sync_heavy", ["--policy", "online_forecast"]),
     "normal_no_sync": ("normal", ["--policy", "no_sync", "--seed", "3"]),
-    "azure_conv_offline_calibrated": ("azure_conv", ["--policy", "offline_calibrated"]),
+    "azure_conv_overlap_oracle": ("azure_conv", ["--policy", "overlap_oracle"]),
 }
-TRACE_CASES = {"azure_conv_offline_calibrated"}
+TRACE_CASES = {"azure_conv_overlap_oracle"}
 
 
 def _sha256(path: Path) -> str:

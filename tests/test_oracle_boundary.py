@@ -16,7 +16,7 @@ from policy_cases import corridor_params, registered
 
 from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.policies import POLICIES, make_policy
-from wadiloco.models.policies.base import FutureView, PolicyContext
+from wadiloco.models.policies.base import FutureView, PolicyContext, WhatIf
 from wadiloco.models.routers import ROUTERS
 from wadiloco.models.workloads import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
@@ -114,7 +114,10 @@ def test_the_registry_has_an_oracle():
 
 
 def test_online_policies_refuse_the_future():
-    fv = FutureView(np.array([1.0, 2.0]), 10.0, 0.5, 8)
+    def simulate(steps):  # a stand-in simulator: every placement makes its merges, each costs one violation
+        return WhatIf(len(steps), 1.0, tuple(steps), 8.0)
+
+    fv = FutureView(np.array([1.0, 2.0]), 10.0, 0.5, 8, simulate)
     ctx = PolicyContext(128, 512, 0, reference_merges=1, reference_steps=300, rng=np.random.default_rng(0))
     for name, cls in POLICIES.items():
         pol = make_policy(name, {}, ctx)

@@ -32,7 +32,8 @@ ARMS = [
     "pressure_gated",
     "wa_diloco",
     "online_forecast",
-    "offline_calibrated",
+    "overlap_oracle",
+    "sim_oracle",
     "matched_random[wa_diloco]",
     "matched_random[online_forecast]",
 ]
@@ -52,13 +53,13 @@ def test_shipped_paper_sweeps_plan_the_study(fname, seeds, draws, shared_dir):
     assert [a.label for a in plan.arms] == ARMS
     for a in plan.arms:
         assert a.draws == (draws if a.name == "matched_random" else 1), a.label
-    assert plan.arm("offline_calibrated").reference == "wa_diloco"
+    assert plan.arm("overlap_oracle").reference == plan.arm("sim_oracle").reference == "wa_diloco"
     assert {a.reference for a in plan.arms if a.role == "control"} == {"wa_diloco", "online_forecast"}
     # fixed H=512 is outside sustained_sync_heavy's 128-256 corridor and runs everywhere else
     assert not plan.arm("fixed[H=512]").runs_in("sustained_sync_heavy")
     assert all(plan.arm("fixed[H=512]").runs_in(r) for r in REGIMES if r != "sustained_sync_heavy")
     tasks = plan.tasks()
-    assert len(tasks) == _expected_runs(plan) == seeds * (5 * (7 + 2 * draws) + (6 + 2 * draws))
+    assert len(tasks) == _expected_runs(plan) == seeds * (5 * (8 + 2 * draws) + (7 + 2 * draws))
     assert len({t.key for t in tasks}) == len(tasks)
 
 
@@ -107,7 +108,7 @@ def _run_and_check(sweep: Path, out: Path, seeds: int, draws: int, capsys, figur
         assert pngs and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == len(plan.tasks()) == _expected_runs(plan) == seeds * (5 * (7 + 2 * draws) + (6 + 2 * draws))
+    assert len(runs) == len(plan.tasks()) == _expected_runs(plan) == seeds * (5 * (8 + 2 * draws) + (7 + 2 * draws))
     assert (runs["status"] == "ok").all(), runs.loc[runs["status"] != "ok", ["regime", "policy", "seed", "error"]]
     assert not runs.duplicated(["regime", "policy", "seed", "draw"]).any()
     assert (runs.groupby(["regime", "seed"])["arrivals_hash"].nunique() == 1).all()
@@ -140,7 +141,8 @@ def _run_and_check(sweep: Path, out: Path, seeds: int, draws: int, capsys, figur
     pol = summ[summ["role"] == "policy"].set_index(["regime", "policy"])
     for reg in REGIMES:
         assert pol.loc[(reg, "wa_diloco"), "matched_control"] == "matched_random[wa_diloco]"
-        assert pol.loc[(reg, "offline_calibrated"), "matched_control"] == "matched_random[wa_diloco]"
+        assert pol.loc[(reg, "overlap_oracle"), "matched_control"] == "matched_random[wa_diloco]"
+        assert pol.loc[(reg, "sim_oracle"), "matched_control"] == "matched_random[wa_diloco]"
         assert pol.loc[(reg, "online_forecast"), "matched_control"] == "matched_random[online_forecast]"
     assert (summ["n_seeds"] == seeds).all()
 
@@ -159,7 +161,8 @@ def _check_matched_budgets(runs: pd.DataFrame) -> None:
     for label, ref in [
         ("matched_random[wa_diloco]", "wa_diloco"),
         ("matched_random[online_forecast]", "online_forecast"),
-        ("offline_calibrated", "wa_diloco"),
+        ("overlap_oracle", "wa_diloco"),
+        ("sim_oracle", "wa_diloco"),
     ]:
         ctl = runs[runs["policy"] == label]
         assert len(ctl) and (ctl["merges"] == ctl["reference_merges"]).all(), label

@@ -1,4 +1,4 @@
-"""The pure placement code behind matched_random and offline_calibrated, and the forecasters:
+"""The pure placement code behind matched_random and overlap_oracle, and the forecasters:
 exact counts vs enumeration, uniform sampling (chi-square against full enumeration), optimality
 of the dynamic programme vs brute force, and the corridor semantics of the final window."""
 

@@ -158,6 +158,8 @@ def test_cli_unknown_policy_and_bad_param(capsys):
     sc = ROOT / "scenarios" / "normal.yaml"
     rc, err = _cli(capsys, "run", str(sc), "--policy", "bogus")
     assert rc == 2 and "unknown policy" in err and "Traceback" not in err
+    rc, err = _cli(capsys, "run", str(sc), "--policy", "offline_calibrated")  # an old name says its new one
+    assert rc == 2 and "unknown policy 'offline_calibrated' (renamed 'overlap_oracle')" in err
     rc, err = _cli(capsys, "run", str(sc), "--policy", "fixed", "--param", "H=zero")
     assert rc == 2 and "H" in err and "Traceback" not in err
     rc, err = _cli(capsys, "run", str(sc), "--seed", "x")

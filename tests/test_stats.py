@@ -279,7 +279,7 @@ def _plan(n_seeds=8, draws=5):
         },
         {
             "label": "oracle",
-            "name": "offline_calibrated",
+            "name": "overlap_oracle",
             "params": {},
             "params_hash": "o",
             "draws": 1,

@@ -2,12 +2,12 @@
 and the tasks they expand into.
 
 Labels default to the policy name; when one name appears twice the label is built from the params
-(``fixed[H=256]``). A policy whose params take a ``reference`` (``matched_random``, ``offline_calibrated``) lists the
+(``fixed[H=256]``). A policy whose params take a ``reference`` (``matched_random``, ``overlap_oracle``) lists the
 *labels* of the policies whose merge budget it inherits in ``references`` and gets one arm per
 reference, labelled ``<label or name>[<reference label>]`` (or just ``label`` when it has a label and
 one reference), with ``draws`` runs per seed. ``matched_random`` arms are controls (``role:
 control``); others are evaluated policies (``role: policy``). Each evaluated policy is compared with
-every control that spends the same merge budget: ``wa_diloco`` and ``offline_calibrated[wa_diloco]``
+every control that spends the same merge budget: ``wa_diloco`` and ``overlap_oracle[wa_diloco]``
 both with ``matched_random[wa_diloco]``.
 A policy entry may name the ``regimes`` it runs in (e.g. ``fixed`` with ``H: 512`` only where 512
 fits the corridor); a control runs where both it and its reference run.
@@ -36,6 +36,7 @@ from wadiloco.models.config import Scenario, check_policy, load_scenario, with_o
 from wadiloco.models.errors import InputError
 from wadiloco.models.limits import check_count, check_run
 from wadiloco.models.policies import POLICIES
+from wadiloco.models.policies.registry import unknown_policy
 from wadiloco.models.schema import input_problem, read_input
 
 BASELINE = "no_sync"
@@ -399,9 +400,7 @@ def _check_entry(i: int, ps: PolicySpec, counts: Counter, regimes: list[Regime],
                 file, f"policies.{i}.regimes.{j}", f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})"
             )
     if ps.name not in POLICIES:
-        raise InputError(
-            file, f"policies.{i}.name", f"unknown policy {ps.name!r}; known: {', '.join(sorted(POLICIES))}"
-        )
+        raise InputError(file, f"policies.{i}.name", unknown_policy(ps.name))
     takes_ref = POLICIES[ps.name].takes_reference
     if takes_ref and "reference" in ps.params:
         raise InputError(

@@ -10,10 +10,11 @@ from wadiloco.models.policies import (  # noqa: F401  (imported to register)
     fixed,
     matched_random,
     no_sync,
-    offline_calibrated,
     online_forecast,
+    overlap_oracle,
     pressure_gated,
     replay,
+    sim_oracle,
     wa_diloco,
 )
 from wadiloco.models.policies.base import FutureView, LearnerSignals, Observation, Params, Policy, PolicyContext

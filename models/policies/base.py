@@ -10,6 +10,7 @@ the run, and `Policy.prepare` refuses it otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,12 +57,27 @@ class Observation:
 
 @dataclass(frozen=True)
 class FutureView:
-    """Only for oracles: the whole fleet arrival schedule (times of every request, sorted)."""
+    """Only for oracles: the whole fleet arrival schedule (times of every request, sorted), and
+    `simulate(steps)`, which runs this very scenario and seed (the same arrivals) with merges at
+    the given inner steps and returns what came of it (`WhatIf`): the simulator as a view of the
+    future, for an oracle that measures placements instead of guessing (`sim_oracle`)."""
 
     arrival_times: np.ndarray
     horizon_s: float
     step_time_s: float
     n_sidecars: int
+    simulate: Callable[[Sequence[int]], WhatIf] | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """What a simulated placement gave: the run's SLO violations, its requests' total (censored)
+    end-to-end latency, the merges it made (steps) and how long they held training (mean, s)."""
+
+    slo_violations: int
+    e2e_total_s: float
+    merge_steps: tuple[int, ...]
+    merge_duration_s: float
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,13 @@ from wadiloco.models.policies.base import Params, Policy, PolicyContext
 from wadiloco.models.schema import validate
 
 POLICIES: dict[str, type[Policy]] = {}
+RENAMED = {"offline_calibrated": "overlap_oracle"}  # old name -> new: named in the error for the old one
+
+
+def unknown_policy(name: str) -> str:
+    """The message for a name no policy is registered under (a renamed one says its new name)."""
+    hint = f" (renamed {RENAMED[name]!r})" if name in RENAMED else ""
+    return f"unknown policy {name!r}{hint}; known: {', '.join(sorted(POLICIES))}"
 
 
 def register(cls: type[Policy]) -> type[Policy]:
@@ -29,7 +36,7 @@ def parse_policy(
 ) -> tuple[type[Policy], Params]:
     """Validate a policy name and its params; returns (class, params object)."""
     if name not in POLICIES:
-        raise InputError(file, f"{where}.name", f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")
+        raise InputError(file, f"{where}.name", unknown_policy(name))
     cls = POLICIES[name]
     if params is not None and not isinstance(params, dict):
         raise InputError(file, f"{where}.params", "must be a mapping of parameter names to values")
