@@ -520,3 +520,25 @@ def test_arms_restricted_to_other_regimes_are_left_out():
     runs = runs[runs["policy"] != "dumb"]
     s = analyse(Plan.from_dict(plan), runs)["summary"]
     assert "dumb" not in set(s["policy"]) and len(s) == 4
+
+
+def test_null_check_on_runs_counts_rejections_of_draws_against_draws(tmp_path, capsys):
+    """experiments.null_check takes each matched-random draw as the policy against the others: on
+    skewed draws the placement test rejects about as often as its level, the old Wilcoxon reading
+    far more; a control whose runs all tie is not tested; a folder without runs.csv is an error."""
+    from wadiloco.experiments import null_check as nc
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for regime, draw_rate in (("skewed", lambda: 0.02 + 0.01 * rng.lognormal(0, 1.5)), ("flat", lambda: 0.0)):
+        for seed in range(30):
+            for draw in range(20):
+                r = draw_rate()
+                rows.append({"regime": regime, "policy": "mr", "role": "control", "status": "ok", "seed": seed,
+                             "draw": draw, "slo_violation_rate": r, "sync_excess": r - 0.02})  # fmt: skip
+    t = nc.null_check(pd.DataFrame(rows)).set_index("regime")
+    assert t.loc["skewed", "tests"] == t.loc["skewed", "tested"] == 20 and t.loc["flat", "tested"] == 0
+    assert t.loc["skewed", "placement_rejections"] <= 4 < t.loc["skewed", "wilcoxon_rejections"]
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    assert nc.main([str(tmp_path)]) == 0 and "placement: " in capsys.readouterr().out
+    assert nc.main([str(tmp_path / "nowhere")]) == 2
