@@ -276,7 +276,7 @@ def _preamble(out_dir: Path, seeds: list[int], r: int | None, family: str) -> st
         "matched-random control spending the same merge budget (fewer violations), raw and Holm-corrected over "
         f"the family of {family or 'tested comparisons'}; p (Wilcoxon) = the two-sided signed-rank test on the "
         "policy minus the mean of its draws, a secondary figure that is not calibrated. MR = matched-random. "
-        "Paper = Twelftree et al. 2026 as restated in SPEC.md section 1 (percentages are sync-excess)."
+        "Paper = Twelftree et al. 2026 as restated in the design card (percentages are sync-excess)."
     )
     n_min = min(seeds) if seeds else 0
     if r and n_min >= 1 and (r + 1.0) ** -n_min >= 0.05:

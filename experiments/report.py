@@ -58,8 +58,8 @@ def _pct(x: float, digits: int = 2) -> str:
     return f"{x * 100:.{digits}f}" if x is not None and math.isfinite(x) else "n/a"
 
 
-def _ci_pct(m, lo, hi, note="") -> str:
-    return _ci(m * 100 if math.isfinite(m) else m, lo * 100, hi * 100, note, 2)
+def _ci_pct(m, lo, hi, note="", d=2) -> str:
+    return _ci(m * 100 if math.isfinite(m) else m, lo * 100, hi * 100, note, d)
 
 
 def _ci(m, lo, hi, note="", d=3) -> str:
@@ -325,7 +325,7 @@ def _transfer_text(plan: Plan, t: dict) -> str:
         G.UNMEASURED: "unmeasured",
     }.get(t["state"], "does not transfer")
     se = t["draws_se"]
-    se_text = "" if se is None else f" Their sync-excess: {_ci_pct(se.mean, se.low, se.high, se.note)} pts."
+    se_text = "" if se is None else f" Their sync-excess: {_ci_pct(se.mean, se.low, se.high, se.note, 3)} pts."
     pooled = t["pooled"]
     return (
         f"Effect-size transfer (does random placement move latency?): p95 end-to-end latency of requests "
