@@ -166,7 +166,8 @@ def paired_wilcoxon(d) -> tuple[float, str]:
             return float("nan"), f"no test ({e})"
     if not math.isfinite(p):
         return float("nan"), "no test (degenerate)"
-    return min(max(p, 0.0), 1.0), ""
+    zeros = int(np.sum(a == 0))
+    return min(max(p, 0.0), 1.0), (f"{zeros} of {len(a)} differences zero, left out of the test" if zeros else "")
 
 
 @dataclass(frozen=True)

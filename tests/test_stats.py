@@ -126,6 +126,11 @@ def test_paired_wilcoxon():
     assert paired_wilcoxon(np.r_[d, np.nan])[0] == pytest.approx(stats.wilcoxon(d).pvalue)
     # every one of 6 pairs favours the same side: exact two-sided p = 2 / 2**6
     assert paired_wilcoxon([-1, -2, -3, -4, -5, -6])[0] == pytest.approx(2 / 64)
+    # zero differences: left out of the test (scipy's "wilcox"), and the note says how many
+    assert paired_wilcoxon([0, -1, -2, -3, -4, -5, -6]) == (
+        pytest.approx(2 / 64),
+        "1 of 7 differences zero, left out of the test",
+    )
 
 
 # ---- the placement test: exact, calibrated under its null, and with power ------------------------
