@@ -14,7 +14,7 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
                           system prompts), and with a router (least_outstanding), fast-forward on,
                           timed interleaved with the plain run (benchmarks/bursty.py KV, ROUTER);
   realtime_factor_bursty_pure / _kv_pure, compiled_speedup / _kv  with the compiled serving core
-                          (setup.py, models/core.py), the same runs on the pure-Python core, interleaved,
+                          (setup.py, models/engine/_fast/), the same runs on the pure-Python core, interleaved,
                           and pure wall over compiled wall; serving_core says which core ran,
                           core_import_s what a fresh process pays to import it (`--pure`: pure only);
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
@@ -44,7 +44,7 @@ And (benchmarks/setup.py; `--skip-setup` leaves it out):
                           answering at once (benchmarks/setup.py).
 And (benchmarks/share.py; `--skip-share` leaves it out):
   share_speedup_draws     per regime, a matched-random draw's CPU time without the seed's no_sync tapes
-                          over its time with them (models.tape), interleaved, with the recording run's
+                          over its time with them (models.engine.tape), interleaved, with the recording run's
                           cost and the tapes' size; events_per_run_bursty_fixed: SimPy events of a
                           fixed-policy run asked at every step and planned ahead to its next merge.
 And (benchmarks/traces.py; `--skip-traces` leaves it out):
@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-setup", action="store_true", help="leave out the per-run set-up figures")
     ap.add_argument("--skip-share", action="store_true", help="leave out the shared-tape figures")
     ap.add_argument(
-        "--pure", action="store_true", help="run the pure-Python serving core only ($WADILOCO_PURE=1; models/core.py)"
+        "--pure",
+        action="store_true",
+        help="run the pure-Python serving core only ($WADILOCO_PURE=1; models/engine/_fast/)",
     )
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs must be >= 3 (figures are medians of at least 3 runs)")
     horizon = 240.0 if args.quick else None
     if args.pure:
-        os.environ["WADILOCO_PURE"] = "1"  # before the first import of models.core
+        os.environ["WADILOCO_PURE"] = "1"  # before the first import of models.engine._fast
 
     import simpy
 
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def share_lines(out: dict) -> list[str]:
-    lines = ["matched-random draws with and without the seed's no_sync tapes (models.tape), CPU per run:"]
+    lines = ["matched-random draws with and without the seed's no_sync tapes (models.engine.tape), CPU per run:"]
     for name, p in out["share"].items():
         lines.append(
             f"  {name} ({p['merges']} merges): {p['draw_s_full']:.3f} s full, {p['draw_s_shared']:.3f} s shared: "

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-import wadiloco.models.serving as pure_serving
+import wadiloco.models.engine.serving as pure_serving
 import wadiloco.sim.build as sim_build
 import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
-from wadiloco.models import core
-from wadiloco.models.config import Scenario, load_scenario, resolve, with_overrides
+from wadiloco.models.engine import _fast as core
+from wadiloco.models.spec.load import Scenario, load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def event_mark(env):
 
 
 def use_core(mod) -> None:
-    """Run the engines on serving module `mod` (models.core.serving, or the pure models.serving)."""
+    """Run the engines on serving module `mod` (models.engine._fast.serving, or the pure models.engine.serving)."""
     sim_engine.EngineState, sim_engine.serve, sim_build.KVPool = mod.EngineState, mod.serve, mod.POOL
     sim_build.PrefixCache = mod.CACHE
 
@@ -258,12 +258,13 @@ def run_all(runs: int, horizon_s: float | None, seed: int = 0) -> dict:
 
 
 def core_import_s() -> float:
-    """Seconds a fresh process pays to import the serving core models.core selects (numpy, which
+    """Seconds a fresh process pays to import the serving core models.engine._fast selects (numpy, which
     both paths import anyway, first): the compiled module's load and digest check, or the pure one."""
     import subprocess
     import sys
 
-    code = "import time, numpy; t0 = time.perf_counter(); import wadiloco.models.core; print(time.perf_counter() - t0)"
+    code = "import time, numpy; t0 = time.perf_counter(); import wadiloco.models.engine._fast; "
+    code += "print(time.perf_counter() - t0)"
     out = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)]
     out += [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)]
     return min(out)

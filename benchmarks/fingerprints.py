@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.experiments import runner
-from wadiloco.models import core
-from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.engine import _fast as core
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.load import load_scenario, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "testbed").glob("*.yaml"))

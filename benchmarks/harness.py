@@ -9,7 +9,7 @@ import math
 
 import simpy
 
-from wadiloco.models.batching import TODAYS_STEP, EngineStep
+from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep
 from wadiloco.sim.engine import Lookahead, Sidecar
 from wadiloco.sim.fabric import Fabric
 
@@ -28,7 +28,7 @@ def run_engine(
     prefix=None,
     lookahead: bool = False,
 ) -> tuple[Sidecar, simpy.Environment]:
-    """Serve `arrivals` (models.workloads.Arrivals) until every request is done (or `until`).
+    """Serve `arrivals` (models.workload.kinds.Arrivals) until every request is done (or `until`).
     `lookahead`: the engine books its steps without a SimPy event each, up to `until` (what a fleet's
     lookahead bound is for an engine nothing else reads or touches: sim/lookahead.py); else it yields
     at every step, as with the bound off."""

@@ -55,7 +55,7 @@ def _vm_hwm_kb() -> int | None:
 
 
 def child(quick: bool) -> dict:
-    from wadiloco.models.config import load_scenario, with_overrides
+    from wadiloco.models.spec.load import load_scenario, with_overrides
     from wadiloco.sim.fleet import simulate
 
     ov = dict(OVERRIDES)

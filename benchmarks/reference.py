@@ -200,5 +200,5 @@ def serve(
 
 
 def serve_arrivals(arrivals, lat, **kw) -> ReferenceResult:
-    """`serve` on a models.workloads.Arrivals."""
+    """`serve` on a models.workload.kinds.Arrivals."""
     return serve(arrivals.t, arrivals.prompt, arrivals.output, lat, **kw)

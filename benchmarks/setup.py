@@ -1,14 +1,14 @@
 """Per-run set-up: what one run pays outside the engine loop (issue 16 item 4), and its SimPy events.
 
 One run, as a sweep worker does it (experiments.sweep.worker.execute_task), split in parts:
-  resolve_s    models.config.resolve: the policy and workload resolved against the scenario;
+  resolve_s    models.spec.load.resolve: the policy and workload resolved against the scenario;
   arrivals_s   sim.build.make_arrivals alone (the workload's draws, or a trace parsed), timed apart,
                its per-process cache emptied first; arrivals_shared_s the same call answered from it;
   fleet_s      sim.fleet.Fleet(...): arrivals (cache emptied), resources, sidecars, policy, trainer,
                monitor wired; fleet_shared_s the same with the seed's arrivals already drawn in
                this process (a sweep worker's matched-random draws and other policies on a seed);
   results_s    Fleet.run() minus its env.run: request table, summary, timeline (and checks if on);
-  record_s     the worker's packing: censored latencies, models.metrics.run_record, JSON-able.
+  record_s     the worker's packing: censored latencies, models.results.metrics.run_record, JSON-able.
   setup_s_per_run = resolve_s + fleet_s + results_s + record_s (arrivals_s is inside fleet_s);
   run_s        env.run, for scale; events: SimPy events processed by env.run.
 Reported for scenarios/bursty.yaml (its own policy) and for each regime of experiments/paper.yaml
@@ -47,8 +47,8 @@ PAPER_MIX = {"no_sync": 1, "policy": 6, "matched_random": 40}  # paper.yaml's ru
 def time_parts(sc, seed: int = 0, policy: str | None = None) -> dict:
     """One run of `sc`, timed part by part (module docstring)."""
     from wadiloco.experiments.output import to_jsonable
-    from wadiloco.models import metrics as M
-    from wadiloco.models.config import resolve
+    from wadiloco.models.results import metrics as M
+    from wadiloco.models.spec.load import resolve
     from wadiloco.sim import build
     from wadiloco.sim.fleet import Fleet
     from wadiloco.sim.merge import resolve_weights
@@ -113,7 +113,7 @@ def _median_parts(rows: list[dict]) -> dict:
 
 def run_setup_benchmark(runs: int, quick: bool = False) -> dict:
     from wadiloco.experiments.sweep import load_sweep
-    from wadiloco.models.config import load_scenario, with_overrides
+    from wadiloco.models.spec.load import load_scenario, with_overrides
 
     bursty = load_scenario(BURSTY)
     regimes = load_sweep(PAPER).regimes if PAPER.exists() else []

@@ -42,7 +42,7 @@ SMOKE = ROOT / "experiments" / "smoke.yaml"
 def smoke_plan(quick: bool = False):
     from wadiloco.experiments.sweep import build_plan, load_sweep
     from wadiloco.experiments.sweep.spec import SweepSpec
-    from wadiloco.models.config import read_yaml, validate
+    from wadiloco.models.spec.load import read_yaml, validate
 
     if not quick:
         return load_sweep(SMOKE)
@@ -55,7 +55,7 @@ def _warm_worker() -> None:
     """What a worker's first task would pay: the simulator's imports and the latency fit."""
     import wadiloco.experiments.runner  # noqa: F401
     import wadiloco.experiments.sweep.worker  # noqa: F401
-    from wadiloco.models.latency import default_latency
+    from wadiloco.models.engine.latency import default_latency
 
     default_latency()
 

@@ -1,4 +1,4 @@
-"""Trace parsing speed: models.traces.load_trace on the two real traces the trace scenarios replay.
+"""Trace parsing speed: models.workload.traces.load_trace on the two real traces the trace scenarios replay.
 
   trace_load_s_azure     wall seconds to parse AzureLLMInferenceTrace_conv_2023.csv (19,366 rows),
                          page cache warm (one untimed load first); median of `runs` loads;
@@ -35,7 +35,7 @@ def trace_path(scenario: Path) -> Path:
 
 
 def _timed_load(path: Path) -> tuple[float, int]:
-    from wadiloco.models.traces import load_trace
+    from wadiloco.models.workload.traces import load_trace
 
     t0 = time.perf_counter()
     n = len(load_trace(path))

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from wadiloco.models.config import Scenario, with_overrides
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.load import Scenario, with_overrides
 
 MIN_MERGES = 2  # fewer merges per run than this and a "cost of training" is one merge's anecdote
 MAX_BISECTIONS = 40  # a bracket 1.55 wide narrows to 1.4e-12 in 40 steps; past that is noise
@@ -50,7 +50,7 @@ class SearchSpec:
 def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1) -> None:
     """Refuse, before any run, a search that cannot end in reasonable time: too fine a --tol, too
     many runs in all, or a single run (at the top load of the bracket) over the limits."""
-    from wadiloco.models.limits import check_count, check_run
+    from wadiloco.models.spec.limits import check_count, check_run
 
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")

@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _pure() -> None:
-    os.environ["WADILOCO_PURE"] = "1"  # before models/core.py is first imported: it picks the core then
-    from wadiloco.models import core
+    os.environ["WADILOCO_PURE"] = "1"  # before models/engine/_fast is first imported: it picks the core then
+    from wadiloco.models.engine import _fast as core
 
     if core.KIND != "pure":
         raise InputError("--pure", "", "the serving core was chosen before --pure was read (a plugin imported it)")

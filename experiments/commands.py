@@ -8,7 +8,7 @@ from pathlib import Path
 
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import MAX_INT
+from wadiloco.models.spec.schema import MAX_INT
 
 # timeline.csv's columns with their units (sim.monitor's keys; docs/data_dictionary.md)
 TIMELINE_CSV_COLUMNS = {"t": "t_s", "p_net": "net_busy_frac", "p_ckpt": "ckpt_busy_frac"}
@@ -96,7 +96,7 @@ def _shown(v: str) -> str:
 def parse_params(items: list[str]) -> dict:
     """--param KEY=VALUE items; values are YAML read as scenario files are (strict types, no
     duplicate keys, bounded size and depth)."""
-    from wadiloco.models.schema import check_finite, load_yaml_text
+    from wadiloco.models.spec.schema import check_finite, load_yaml_text
 
     out = {}
     for it in items:
@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
     from wadiloco.experiments import provenance
     from wadiloco.experiments.output import ResultDir, dumps
     from wadiloco.experiments.runner import run_one
-    from wadiloco.models.limits import check_run, notes
+    from wadiloco.models.spec.limits import check_run, notes
 
     r = load_run(args)
     check_run(r.scenario, r.workload)  # before anything is built or created
@@ -253,9 +253,9 @@ def _latencies(s: dict, name: str, qs=(50, 95, 99)) -> str:
 def cmd_calibrate(args) -> int:
     import numpy as np
 
-    from wadiloco.models.interference import fit_weights
-    from wadiloco.models.latency import fit_latency, load_calibration, relative_errors
-    from wadiloco.models.schema import check_input
+    from wadiloco.models.engine.latency import fit_latency, load_calibration, relative_errors
+    from wadiloco.models.spec.schema import check_input
+    from wadiloco.models.training.interference import fit_weights
 
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
@@ -295,7 +295,7 @@ def cmd_calibrate(args) -> int:
     print(f"  host staging     {w.host_stage:.4f}")
     print(f"  eager decode CPU time per iteration {w.eager_host_s * 1e3:.3f} ms (launch-bound baseline)")
     print(f"  GPU  inner step  {w.gpu_inner:.4f}   (fleet.gpu_sharing: timeslice | mps; the outer step's fit)")
-    from wadiloco.models.host import fit_oversubscription
+    from wadiloco.models.training.host import fit_oversubscription
 
     try:
         o = fit_oversubscription(cal)
@@ -303,7 +303,7 @@ def cmd_calibrate(args) -> int:
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         law = "not fitted (no eager `cpu` row in this file)"
     print(f"Host oversubscription (fleet.host_cores; `cpu` row): {law}")
-    from wadiloco.models.profiles import packaged_profiles
+    from wadiloco.models.engine.profiles import packaged_profiles
 
     print(f"Engine profiles (wadiloco calibrate PROFILE): {', '.join(packaged_profiles())}")
     return 0
@@ -311,8 +311,8 @@ def cmd_calibrate(args) -> int:
 
 def _calibrate_profile(name: str, h200_outer: float, as_json: bool) -> int:
     from wadiloco.experiments.output import dumps
-    from wadiloco.experiments.profile_report import profile_dict, profile_lines
-    from wadiloco.models.profiles import load_profile
+    from wadiloco.experiments.studies.profile_report import profile_dict, profile_lines
+    from wadiloco.models.engine.profiles import load_profile
 
     p = load_profile(name)
     if as_json:
@@ -354,7 +354,7 @@ def cmd_routers(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from wadiloco.models.traces import describe, load_trace
+    from wadiloco.models.workload.traces import describe, load_trace
 
     d = describe(load_trace(args.path, args.format))
     if args.json:

@@ -32,7 +32,7 @@ from matplotlib.patches import Rectangle
 
 from wadiloco.experiments.output import write_atomic
 from wadiloco.experiments.protocol import LOSS, SE
-from wadiloco.models.metrics import SYNC_EXCESS
+from wadiloco.models.results.metrics import SYNC_EXCESS
 
 ROLE_COLORS = {"baseline": "#7f7f7f", "policy": "#1f77b4", "control": "#ff7f0e"}
 MARKERS = ["D", "o", "s", "^", "v", "P", "X", "*"]

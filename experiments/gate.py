@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from wadiloco.experiments.stats import CI, NO_VARIANCE
-from wadiloco.models import metrics as M
+from wadiloco.models.results import metrics as M
 
 DRAWS, ALL_MERGING, OWN = "matched-random draws", "all runs with merges", "the policy's own runs"
 HARMS, SMALL, NONE, RELIEVES, UNMEASURED = "harms", "below threshold", "none", "relieves", "unmeasured"

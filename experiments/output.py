@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import not_regular
+from wadiloco.models.spec.schema import not_regular
 
 TEMP_MARK = "wadiloco-tmp"  # in every temp file name: .<name>.wadiloco-tmp.<8 random chars>
 RESULT_MARK = ".wadiloco-result"  # in a result folder: the kind of result this tool wrote there
@@ -178,12 +178,12 @@ def dumps(obj: Any) -> str:
 
 
 def requests_csv(req: dict[str, np.ndarray]) -> str:
-    """requests.csv: the request table under its labelled names (models.metrics.REQUEST_CSV_COLUMNS)."""
+    """requests.csv: the request table under its labelled names (models.results.metrics.REQUEST_CSV_COLUMNS)."""
     import io
 
     import pandas as pd
 
-    from wadiloco.models.metrics import labelled_requests
+    from wadiloco.models.results.metrics import labelled_requests
 
     buf = io.StringIO()
     pd.DataFrame(labelled_requests(req)).to_csv(buf, index=False, float_format="%.9g")

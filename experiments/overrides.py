@@ -20,7 +20,7 @@ CLI = "<command line>"
 def parse_value(text: str, where: str) -> Any:
     """A command-line value read as YAML, as strictly as a scenario file's values are."""
     try:  # the strict reader (no duplicate keys, no numeric strings), where it exists
-        from wadiloco.models.schema import load_yaml_text
+        from wadiloco.models.spec.schema import load_yaml_text
     except ImportError:  # pragma: no cover - older schema module
         import yaml
 
@@ -30,7 +30,7 @@ def parse_value(text: str, where: str) -> Any:
             raise InputError(CLI, where, f"cannot parse value {text!r}") from None
     else:
         value = load_yaml_text(text, CLI, where)
-    from wadiloco.models.schema import check_finite
+    from wadiloco.models.spec.schema import check_finite
 
     check_finite(value, CLI, where)
     return value
@@ -76,9 +76,9 @@ def _blames(where: str, path: str) -> bool:
 
 
 def load_with_sets(path: str | Path, sets: list[tuple[str, Any]]):
-    """The scenario file resolved with the overrides applied (a models.config.Resolved)."""
-    from wadiloco.models.config import from_dict
-    from wadiloco.models.schema import read_yaml
+    """The scenario file resolved with the overrides applied (a models.spec.load.Resolved)."""
+    from wadiloco.models.spec.load import from_dict
+    from wadiloco.models.spec.schema import read_yaml
 
     p = Path(path)
     data = read_yaml(p)

@@ -61,7 +61,7 @@ def _common(p) -> None:
 def _setup(args):
     from wadiloco.experiments.capacity import SearchSpec, check_search
     from wadiloco.experiments.commands import load_run, parse_params
-    from wadiloco.models.config import policy_choice
+    from wadiloco.models.spec.load import policy_choice
 
     r = load_run(args)  # the scenario with --set applied, and the policy checked against it
     sc = r.scenario
@@ -163,7 +163,7 @@ def _provenance(args, sc, policy: str, params: dict, spec) -> dict:
 
 def parse_vary(text: str) -> tuple[str, list]:
     """PATH=V1,V2,...: each value is YAML, read as scenario files are (strict types, bounded)."""
-    from wadiloco.models.schema import check_finite, load_yaml_text
+    from wadiloco.models.spec.schema import check_finite, load_yaml_text
 
     if "=" not in text:
         raise InputError("<command line>", "--vary", f"expected PATH=V1,V2,..., got {text[:60]!r}")
@@ -182,7 +182,7 @@ def parse_vary(text: str) -> tuple[str, list]:
 def cmd_whatif(args) -> int:
     from wadiloco.experiments.capacity import check_search
     from wadiloco.experiments.output import ResultDir
-    from wadiloco.models.config import with_overrides
+    from wadiloco.models.spec.load import with_overrides
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)

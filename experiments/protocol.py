@@ -2,7 +2,7 @@
 
 1. Load match: every run on a (regime, seed) must have the same `load_hash` (common random
    numbers): the arrivals of an open-loop workload; for closed-loop clients, whose arrival times
-   depend on the engine and so differ by policy, what the clients send (models.clients.load_hash).
+   depend on the engine and so differ by policy, what the clients send (models.workload.clients.load_hash).
    Sync-excess SLO violation = a run's violation rate minus no_sync's on the same seed.
 2. Effect-size transfer ("does random placement move latency?"), as the ratio of per-seed means
    with a paired bootstrap CI over seeds, on the regime's matched-random draws (all runs with
@@ -53,7 +53,7 @@ from wadiloco.experiments.stats import (
     placement_test,
 )
 from wadiloco.experiments.sweep.plan import Arm, Plan, Regime
-from wadiloco.models import metrics as M
+from wadiloco.models.results import metrics as M
 from wadiloco.models.rng import stream
 
 RUN_COLUMNS = [

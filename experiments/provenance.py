@@ -57,13 +57,13 @@ def git_revision() -> str | None:
 
 
 def software() -> dict[str, Any]:
-    from wadiloco.models.core import KIND  # (here, not at import: `wadiloco --pure` chooses it first)
+    from wadiloco.models.engine._fast import KIND  # (here, not at import: `wadiloco --pure` chooses it first)
 
     return {"version": version(), "git_revision": git_revision(), "serving_core": KIND}
 
 
 def resolved_scenario(r) -> dict[str, Any]:
-    """A models.config.Resolved as a plain mapping: the scenario with every default, its workload's
+    """A models.spec.load.Resolved as a plain mapping: the scenario with every default, its workload's
     params with theirs, and the policy that runs with its validated params."""
     data = r.scenario.model_dump(mode="json")
     data["workload"] = r.workload.model_dump(mode="json")
@@ -105,7 +105,7 @@ def of_sweep(plan) -> dict[str, Any]:
     (`inputs`), each regime's resolved scenario (the sweep's and the regime's overrides applied,
     every default filled in; the policy is the sweep's, so it is left out there), each policy with
     its validated params, and the seeds."""
-    from wadiloco.models.config import check_policy, resolve
+    from wadiloco.models.spec.load import check_policy, resolve
 
     regimes, first = [], {}
     for reg in plan.regimes:

@@ -29,8 +29,8 @@ from wadiloco.experiments.output import write_atomic
 from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.experiments.sweep.kill_points import kill_point
 from wadiloco.experiments.sweep.plan import Plan
-from wadiloco.models import metrics as M
 from wadiloco.models.errors import InputError
+from wadiloco.models.results import metrics as M
 
 
 def FLOAT_FORMAT(x: float) -> str:

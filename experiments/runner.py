@@ -4,7 +4,7 @@ Matched controls (a policy whose params name a `reference`) first run the refere
 the same seed and inherit its merge count, so the control and the reference see the same
 arrivals (common random numbers) and the same merge budget.
 
-Shared busy periods (issue 16 item 3, models.tape): every run of a scenario and seed serves the
+Shared busy periods (issue 16 item 3, models.engine.tape): every run of a scenario and seed serves the
 same requests, and between merges an engine mostly does what it does with no merges at all. So a
 sweep's worker process (`share=True`: experiments/sweep/worker.py) keeps the no_sync run's tapes of
 the last few (scenario, seed) pairs it ran (recording them while it runs no_sync, or running no_sync
@@ -19,9 +19,9 @@ import os
 from collections import OrderedDict
 from typing import Any
 
-from wadiloco.models.config import Resolved, resolve
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.tape import Tape
+from wadiloco.models.engine.tape import Tape
+from wadiloco.models.spec.load import Resolved, resolve
+from wadiloco.models.spec.scenario import Scenario
 from wadiloco.sim.fleet import Fleet, RunResult, simulate
 
 SHARE_ENV = "WADILOCO_SHARE"
@@ -44,7 +44,7 @@ def run_one(
     share: bool = False,
     **fleet_kw,
 ) -> RunResult:
-    """`policy` and `params` default to the scenario's (models.config.policy_choice); a
+    """`policy` and `params` default to the scenario's (models.spec.load.policy_choice); a
     `Resolved` scenario runs its own policy unless another is named. `reference` ({"merges": n,
     "steps": s}) skips re-running the reference: a sweep runs it once per seed and hands its
     figures to every draw. `share` copies what it can from this process's no_sync run of the seed

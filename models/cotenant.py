@@ -1,11 +1,11 @@
 """A scenario's GPU co-tenant and testbed labels, resolved once into plain numbers and exact timetables.
 
-`cotenant:` (models.scenario.CotenantConfig) becomes a `CotenantPlan`: the hold weight (given, or the
+`cotenant:` (models.spec.scenario.CotenantConfig) becomes a `CotenantPlan`: the hold weight (given, or the
 engine profile's fitted co-tenant entry), the sidecars it presses on, and when it is on: the fixed
 windows of its timetable moved to the stress loop's poll grid (models.testbed.fluid.stress_intervals)
 plus, for a `merges` timetable, a window after each merge of the run's own trainer (known only as the
 run goes: sim.cotenant asks `merge_window`). `testbed_labels:` becomes a `LabelPlan`, which labels
-requests at their start after the run. Both are SimPy-free; models.config builds them, so a bad file
+requests at their start after the run. Both are SimPy-free; models.spec.load builds them, so a bad file
 or profile entry is an input error at load time, before anything runs.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from wadiloco.models.engine.profiles import ProfileSpec, packaged_profiles, profile_path
 from wadiloco.models.errors import InputError
-from wadiloco.models.profiles import ProfileSpec, packaged_profiles, profile_path
-from wadiloco.models.scenario import (
+from wadiloco.models.spec.scenario import (
     BurstyTimetable,
     CotenantConfig,
     LabelsConfig,
@@ -31,7 +31,7 @@ from wadiloco.models.scenario import (
     UnionTimetable,
     WindowsTimetable,
 )
-from wadiloco.models.schema import read_yaml, validate
+from wadiloco.models.spec.schema import read_yaml, validate
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
 
@@ -93,7 +93,7 @@ class LabelPlan:
     horizon_s: float
 
     def columns(self, t: np.ndarray, merge_ends: np.ndarray) -> dict[str, np.ndarray]:
-        """The label columns of requests that start at `t` (models.metrics.add_labels adds them)."""
+        """The label columns of requests that start at `t` (models.results.metrics.add_labels adds them)."""
         out = {"sync_active": self.sync.active(t, merge_ends)}
         p = self.pressure
         if isinstance(p, PressureTimetable):
@@ -207,7 +207,7 @@ def profile_weight(sc: Scenario, entry: str, file: object) -> float:
 
 @lru_cache(maxsize=32)
 def _entry_weight(path: str, entry: str, file: str) -> float:
-    """One co-tenant entry of a profile, fitted as models.profiles.fit_profile fits it (the mean of
+    """One co-tenant entry of a profile, fitted as models.engine.profiles.fit_profile fits it (the mean of
     L_s / L_u - 1 over its runs) without fitting the rest of the profile (its `both` runs take ~10 s)."""
     from wadiloco.models.testbed import fit
 

@@ -1,4 +1,4 @@
-"""Building a fleet's parts from a resolved scenario (models.config.Resolved): the workload, the
+"""Building a fleet's parts from a resolved scenario (models.spec.load.Resolved): the workload, the
 serving sidecars and the policy. sim.fleet.Fleet wires them to the resources, the monitor, the
 merge executor, the trainer and the lookahead bound.
 """
@@ -10,22 +10,25 @@ import os
 
 import numpy as np
 
-from wadiloco.models.batching import EngineStep
-from wadiloco.models.capacity import sidecar_capacity_rps
-from wadiloco.models.clients import BatchLoop
-from wadiloco.models.config import Resolved
-from wadiloco.models.core import KVPool, PrefixCache  # compiled with the serving core, or pure (models/core.py)
 from wadiloco.models.cotenant import resolve_profile
-from wadiloco.models.interference import InterferenceWeights
-from wadiloco.models.kv import bytes_per_token, pool_blocks
-from wadiloco.models.latency import LatencyModel, default_latency
+from wadiloco.models.engine._fast import (  # compiled with the serving core, or pure (models/engine/_fast/__init__.py)
+    KVPool,
+    PrefixCache,
+)
+from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.capacity import sidecar_capacity_rps
+from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
+from wadiloco.models.engine.latency import LatencyModel, default_latency
+from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS, shared_prefix_hashes
+from wadiloco.models.engine.profiles import ModelFit, model_fit
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
-from wadiloco.models.prefix import MOONCAKE_BLOCK_TOKENS, shared_prefix_hashes
-from wadiloco.models.profiles import ModelFit, model_fit
 from wadiloco.models.rng import stream
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.workloads import WORKLOADS, Arrivals, generate_arrivals
-from wadiloco.models.workloads import make_clients as workload_clients
+from wadiloco.models.spec.load import Resolved
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.interference import InterferenceWeights
+from wadiloco.models.workload.clients import BatchLoop
+from wadiloco.models.workload.kinds import WORKLOADS, Arrivals, generate_arrivals
+from wadiloco.models.workload.kinds import make_clients as workload_clients
 from wadiloco.sim.engine import Lookahead, Sidecar
 from wadiloco.sim.resources import HostRes
 from wadiloco.sim.routing import routed_inputs
@@ -49,7 +52,7 @@ def engine_host_s(sc: Scenario, w: InterferenceWeights) -> float:
 
 
 def engine_step(sc: Scenario) -> EngineStep:
-    """The engine generation and its host work beyond the fixed part (models.batching.EngineStep)."""
+    """The engine generation and its host work beyond the fixed part (models.engine.batching.EngineStep)."""
     e = sc.engine
     return EngineStep(
         sequential=e.step == "sequential",
@@ -61,7 +64,7 @@ def engine_step(sc: Scenario) -> EngineStep:
 
 
 def engine_kv(sc: Scenario, s: int) -> KVPool | None:
-    """Sidecar s's KV-cache pool (models.kv), or None: unlimited (no pool given, or fleet.unlimited
+    """Sidecar s's KV-cache pool (models.engine.kv), or None: unlimited (no pool given, or fleet.unlimited
     names kv). Under same_gpu with merge_memory `always`, the sidecar that runs its host's outer
     step (the host's first GPU, as sim.merge does) keeps the merge buffers out of its pool."""
     e = sc.engine
@@ -94,7 +97,7 @@ def merge_memory_hook(sidecars: list[Sidecar], merging, changed):
     """The merge executor's bound_changed with engine.merge_memory `merge`: when a merge starts or
     ends (`merging()` flips), the sidecars holding merge buffers lose or regain those blocks, and each
     engine is woken (a run in flight is cut there, so fast-forward and per-iteration stepping see the
-    pool change at the same iteration, its next: models.kv apply_hold); then `changed`. Without
+    pool change at the same iteration, its next: models.engine.kv apply_hold); then `changed`. Without
     such sidecars, `changed` itself."""
     held = [s for s in sidecars if s.core.kv is not None and s.core.kv.hold]
     if not held:
@@ -120,7 +123,7 @@ def kv_block_bytes(sc: Scenario) -> int:
 
 
 def engine_prefix(sc: Scenario) -> PrefixCache | None:
-    """A sidecar's prefix cache (models.prefix) of engine.prefix_cache tokens in whole 512-token blocks,
+    """A sidecar's prefix cache (models.engine.prefix) of engine.prefix_cache tokens in whole 512-token blocks,
     or None (off: no field, or fewer tokens than a block)."""
     tokens = sc.engine.prefix_cache
     if not tokens or tokens < MOONCAKE_BLOCK_TOKENS:
@@ -157,7 +160,7 @@ def kv_summary(sidecars: list[Sidecar]) -> dict:
 
 
 def profile_model(sc: Scenario) -> ModelFit | None:
-    """The engine profile's fit of `engine.model` (models.profiles), or None without one."""
+    """The engine profile's fit of `engine.model` (models.engine.profiles), or None without one."""
     e = sc.engine
     if e.model is None:
         return None
@@ -166,7 +169,7 @@ def profile_model(sc: Scenario) -> ModelFit | None:
 
 def engine_latency(sc: Scenario, given: LatencyModel | None) -> LatencyModel:
     """The engine's iteration law: `given` (tests), the profile model's a + d*batch, or the H200 fit in
-    the form engine.latency names (models.latency)."""
+    the form engine.latency names (models.engine.latency)."""
     if given is not None:
         return given
     fit = profile_model(sc)
@@ -174,7 +177,7 @@ def engine_latency(sc: Scenario, given: LatencyModel | None) -> LatencyModel:
 
 
 def make_clients(r: Resolved, seed: int) -> list | None:
-    """Each sidecar's closed-loop client (models.clients), None for open-loop workloads. Its start
+    """Each sidecar's closed-loop client (models.workload.clients), None for open-loop workloads. Its start
     delay may come from the engine profile (workload.start_delay_s: profile, or omitted)."""
     sc = r.scenario
     if WORKLOADS[r.workload.kind].clients is None:
@@ -255,7 +258,7 @@ def _generate(
 
 
 def with_shared_prefix(arrivals: list[Arrivals], sc: Scenario, seed: int) -> list[Arrivals]:
-    """Synthetic arrivals with block hashes from engine.shared_prefix (models.prefix), each sidecar's
+    """Synthetic arrivals with block hashes from engine.shared_prefix (models.engine.prefix), each sidecar's
     from its own stream; arrivals that carry hashes (a trace's) keep theirs."""
     sp = sc.engine.shared_prefix
     return [
@@ -277,7 +280,7 @@ def client_column(client) -> str:
 
 
 def check_clients(req: dict[str, np.ndarray], clients: list) -> None:
-    """Each sidecar's closed-loop invariants (models.clients) on its rows of the request table."""
+    """Each sidecar's closed-loop invariants (models.workload.clients) on its rows of the request table."""
     for s, client in enumerate(clients):
         mine = req["sidecar"] == s
         client.check(req["arrival"][mine], req["finish"][mine], req[client_column(client)][mine])

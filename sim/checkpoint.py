@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wadiloco.models.interference import InterferenceWeights
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.interference import InterferenceWeights
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.resources import Resources

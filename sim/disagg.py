@@ -3,7 +3,7 @@
 The sidecars of `disagg.prefill_sidecars` only prefill. The fleet's arrivals (every sidecar's
 workload stream, so the load is the colocated fleet's), merged in time order, are dealt to them
 round-robin; each runs as a request whose output is cut to its first token. The prefill engines'
-client (`_Prefills`, models.clients' interface: `start`, `finished`) hears of each one finished
+client (`_Prefills`, models.workload.clients' interface: `start`, `finished`) hears of each one finished
 and starts its hand-off (`_handoff`): the decode sidecar is picked at that instant (fewest requests
 waiting, running or in transfer to it, on the prefill's island if it has any, ties to the lowest
 index), the request's KV (prompt tokens x bytes per token) moves as one flow over the network
@@ -17,7 +17,7 @@ holds the KV, so first_token = the transfer's end, and TTFT = queueing + prefill
 TPOT is the decode side's. A request is one row of the request table (its prefill sidecar's),
 with `kv_transfer_s` and `decode_sidecar`; its prefill is never a row of its own.
 
-Hand-offs enter decode engines from outside (models.serving `route_in`) at instants no source
+Hand-offs enter decode engines from outside (models.engine.serving `route_in`) at instants no source
 knows ahead, so while any is to come the lookahead bound is off (`next_at`: -inf) and decode
 engines step one iteration at a time (no fast-forward run past an instant a request could enter);
 an idle decode engine's process ends and starts again with the next request. Both are exact.
@@ -29,13 +29,15 @@ import math
 
 import numpy as np
 
-from wadiloco.models import invariants as inv
-from wadiloco.models.core import serve  # compiled or pure (models/core.py), as sim.engine runs it
+from wadiloco.models.engine._fast import (
+    serve,  # compiled or pure (models/engine/_fast/__init__.py), as sim.engine runs it
+)
+from wadiloco.models.engine.kv import bytes_per_token
+from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.errors import InputError
-from wadiloco.models.kv import bytes_per_token
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
 from wadiloco.sim.engine import Sidecar, delay_to
 from wadiloco.sim.fabric import INF, Link
@@ -49,7 +51,7 @@ EMPTY = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
 
 def kv_bytes_per_token(sc: Scenario, given: int | None) -> int:
     """KV bytes per prompt token a hand-off or a fetch moves: `given`, or the engine's model shape
-    (models.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
+    (models.engine.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
     e = sc.engine
     if given is not None:
         return given
@@ -58,7 +60,7 @@ def kv_bytes_per_token(sc: Scenario, given: int | None) -> int:
 
 class _Fed:
     """The gate of an engine fed from outside (hand-offs, fetches): nothing is known ahead, so an idle
-    engine's process ends (`enter` starts it again). Not models.serving's NO_GATE, so the monitor
+    engine's process ends (`enter` starts it again). Not models.engine.serving's NO_GATE, so the monitor
     samples these engines as they are (sim.monitor.lazy_ok: their arrays are not their arrivals)."""
 
     __slots__ = ("until",)

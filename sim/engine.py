@@ -1,7 +1,7 @@
 """One vLLM-like serving sidecar on SimPy: the clock, the lookahead bound, interrupts and the fabric.
 
 What the engine does (admission, chunked prefill, closed-form decode runs, booking) is
-models/serving.py, SimPy-free; its coroutine `serve` is the sidecar's SimPy process, and the
+models/engine/serving.py, SimPy-free; its coroutine `serve` is the sidecar's SimPy process, and the
 `Sidecar` is the `Clock` it runs on. An iteration needs GPU work g, host work h and (with a
 frontend link) frontend work f, at the same time (overlapped) or one after the other (sequential:
 h, g, f; docs/engine.md); it ends when all are done.
@@ -26,11 +26,15 @@ import math
 
 import simpy
 
-from wadiloco.models.batching import TODAYS_STEP, EngineStep
-from wadiloco.models.core import EngineState, delay_to, serve  # compiled or pure (models/core.py)
-from wadiloco.models.kv import KVPool
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.prefix import PrefixCache
+from wadiloco.models.engine._fast import (  # compiled or pure (models/engine/_fast/__init__.py)
+    EngineState,
+    delay_to,
+    serve,
+)
+from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep
+from wadiloco.models.engine.kv import KVPool
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.prefix import PrefixCache
 from wadiloco.sim.fabric import Fabric, Link
 
 __all__ = ["Lookahead", "Sidecar", "delay_to"]
@@ -51,8 +55,8 @@ class Lookahead:
 
 
 class Sidecar:
-    """A sidecar engine: its state (`core`, models.serving.EngineState) and its SimPy process
-    (`proc`, models.serving.serve), for which it is the models.serving.Clock. `clock` is the
+    """A sidecar engine: its state (`core`, models.engine.serving.EngineState) and its SimPy process
+    (`proc`, models.engine.serving.serve), for which it is the models.engine.serving.Clock. `clock` is the
     instant the state is as of, never after env.now when anything observes it; `iter_log`, set
     to a list by sim/probe.py before the run, gets (start, end) per step."""
 
@@ -97,7 +101,7 @@ class Sidecar:
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")
-        # The arrival times: the workload's own array, or (closed loop: models.clients) the engine's,
+        # The arrival times: the workload's own array, or (closed loop: models.workload.clients) the engine's,
         # which grows as the client creates requests.
         self.t_arr = arrivals.t
         # Per-request results; a closed loop's arrays grow (reallocated), so read them by `results()`.
@@ -107,7 +111,7 @@ class Sidecar:
             self.t_arr = core.t_arr
             self.admitted = self.first_token = self.finish = None
         self.client = client
-        # queries on the present state: queue_len(now), running(), counts(now) (models.serving)
+        # queries on the present state: queue_len(now), running(), counts(now) (models.engine.serving)
         self.queue_len, self.running, self.counts = core.queue_len, core.running, core.counts
         self.gpu, self.host, self.front = gpu, host, front
         # swap preemption's copies (KV blocks of block_bytes each) cross the host's PCIe link
@@ -160,7 +164,7 @@ class Sidecar:
         self.core.log = log
         self.core.slow = self.core.slow or log is not None  # (the engine books a logged step in _book_slow)
         if log is not None:
-            self.core.tape = None  # every step is logged, so none is copied from a tape (models.tape)
+            self.core.tape = None  # every step is logged, so none is copied from a tape (models.engine.tape)
 
     # -- the Clock the engine runs on --------------------------------------------------------------
     def wake(self) -> None:

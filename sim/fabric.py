@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 import simpy
 
-from wadiloco.models.core import fair_share
+from wadiloco.models.engine._fast import fair_share
 
 INF = math.inf
 EPS = 1e-12
@@ -80,7 +80,7 @@ class Job:
 
     def __init__(self, links, work, weight, max_rate, done, tag, now):
         self.links = links
-        self.lidx = [lk.idx for lk in links]  # the links' indices in their fabric (models.fairshare)
+        self.lidx = [lk.idx for lk in links]  # the links' indices in their fabric (models.network.fairshare)
         self.remaining = work
         self.weight = weight
         self.max_rate = max_rate
@@ -106,7 +106,7 @@ class Fabric:
         # instant moves: until then nothing on this fabric changes by itself (sim.merge next_work_at).
         self.next_at = INF
         self.timer_moved: Callable[[], None] | None = None
-        self._cap = array("d")  # each link's capacity, by Link.idx (models.fairshare's input)
+        self._cap = array("d")  # each link's capacity, by Link.idx (models.network.fairshare's input)
         self._peak = array("d")  # and its largest load seen (Link.peak_load)
         self._batched = 0  # open `batch` blocks
         self._touched: list[Link] | None = None  # in a batch: the links whose jobs changed (None: none did)
@@ -242,7 +242,7 @@ class Fabric:
         self._t = now
 
     def _reallocate(self) -> None:
-        """Progressive filling (models.fairshare: its float operations, their order and tie-breaks are
+        """Progressive filling (models.network.fairshare: its float operations, their order and tie-breaks are
         the plain statement's, which tests/test_fabric.py keeps bit-identical), then each job's finish
         and the timer of the next one. The links' peak loads are raised there too."""
         jobs = self.jobs

@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 import simpy
 
-from wadiloco.models import invariants as inv
-from wadiloco.models.clients import load_hash
-from wadiloco.models.config import Resolved, resolve
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.metrics import add_labels, censored_e2e, request_table, summarize, testbed_figures
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.tape import Recorder, Replay, Tape
 from wadiloco.models.policies.base import WhatIf
 from wadiloco.models.policies.planned import PlannedSteps
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.tape import Recorder, Replay, Tape
-from wadiloco.models.training import ProgressModel
-from wadiloco.models.workloads import Arrivals, arrivals_hash
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.results.metrics import add_labels, censored_e2e, request_table, summarize, testbed_figures
+from wadiloco.models.spec.load import Resolved, resolve
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.progress import ProgressModel
+from wadiloco.models.workload.clients import load_hash
+from wadiloco.models.workload.kinds import Arrivals, arrivals_hash
 from wadiloco.sim.build import (
     check_clients,
     checks_on,
@@ -154,7 +154,7 @@ class Fleet:
         merges at exactly `steps`, simulated in full on a fleet of its own: an oracle's question."""
         r = replace(self.r, policy=PlannedSteps, params=PlannedSteps.Params(steps=tuple(int(k) for k in steps)))
         fleet = Fleet(r, self.seed, draw=self.draw, check=self.check, **self._given)
-        if fleet.shareable():  # the busy periods every what-if shares with the first (models.tape): same results
+        if fleet.shareable():  # the busy periods every what-if shares with the first (models.engine.tape): same results
             fleet.share(self._what_if_tapes)
         res = fleet.run()
         if self._what_if_tapes is None and fleet.shareable():
@@ -189,10 +189,10 @@ class Fleet:
             plan=self.policy.next_merge if self.planned else None,
         )
 
-    # -- sharing busy periods across runs of a seed (models.tape) --------------------------------
+    # -- sharing busy periods across runs of a seed (models.engine.tape) --------------------------------
     def shareable(self) -> bool:
         """Whether these engines may record or replay tapes: open loop, unrouted, not fed from
-        outside, no KV pool, prefix cache or iteration log (models.tape)."""
+        outside, no KV pool, prefix cache or iteration log (models.engine.tape)."""
         return (
             self.fed is None
             and self.router is None
@@ -285,7 +285,7 @@ class Fleet:
     def _per_sidecar(self) -> list[tuple]:
         """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
         run's peak of memory); a closed loop's requests are the engines' own, with their client's
-        columns (models.clients: the batch or user, and when the client saw each request done);
+        columns (models.workload.clients: the batch or user, and when the client saw each request done);
         engines fed from outside give theirs (sim.disagg: each request once, on its prefill sidecar)."""
         if self.fed is not None:
             return self.fed.per_sidecar()
@@ -382,5 +382,5 @@ class Fleet:
 def simulate(
     sc: Scenario | Resolved, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw
 ) -> RunResult:
-    """Run `sc` once with `policy` (default: its own; models.config.policy_choice picks params)."""
+    """Run `sc` once with `policy` (default: its own; models.spec.load.policy_choice picks params)."""
     return Fleet(resolve(sc, policy, params), seed, **kw).run()

@@ -12,15 +12,15 @@ or, under `same_gpu`, the sidecars' GPUs, where it time-slices with serving. Wha
 - mps: as timeslice, with every training job on a GPU capped at `mps_training_share` of it;
 - mig: as merges, but training never touches the sidecar's slice, even under `same_gpu`.
 
-Weights: models.interference (the H200 `outer` row for a saturating co-tenant, the `stage` row for
+Weights: models.training.interference (the H200 `outer` row for a saturating co-tenant, the `stage` row for
 copies) unless the scenario's `interference:` sets them. Nothing here slows serving by a rule: a
 hold is a fabric job, and a GPU in `fleet.unlimited` removes all of it.
 """
 
 from __future__ import annotations
 
-from wadiloco.models.interference import InterferenceWeights
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.interference import InterferenceWeights
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.resources import HostRes
 

@@ -6,11 +6,11 @@ bytes / per-core rate, compression, ...): `core_s` core-seconds on the host's `c
 per thread, with every other runnable thread (a standing job of the engines', frontends' and, while
 their island steps, the learners' threads). While the work runs it presses on every engine and
 frontend CPU path with weight `press` (the memory/launch-path pressure measured for that kind of
-work, models.interference; 0 for pure compute, like the calibration's `cpu` row).
+work, models.training.interference; 0 for pure compute, like the calibration's `cpu` row).
 
 Without `fleet.host_cores` the cores are unlimited: CPU work runs at `threads` cores and nothing is
 ever preempted (today's host). With it, whenever more threads are runnable than there are cores, each
-engine and frontend thread is preempted at the rate of models.host.Oversubscription, and each
+engine and frontend thread is preempted at the rate of models.training.host.Oversubscription, and each
 preemption is a hold on its CPU path that leaves it PREEMPTED_SHARE of its core for a wait drawn
 from the host's own random stream: the calibration `cpu` row's tail emerges from these waits.
 `fleet.unlimited: [host]` makes the cores and paths unlimited and so removes both.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wadiloco.models.host import default_oversubscription
 from wadiloco.models.rng import stream
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.host import default_oversubscription
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 
 # A preempted thread's weight on its own CPU path: it keeps 1/(1 + 1e6) of its core while it waits.

@@ -1,13 +1,13 @@
 """A remote KV/prefix pool on SimPy (Mooncake's distributed KV pool, LMCache's peer sharing; `remote_kv:`).
 
-With `engine.prefix_cache` on, every sidecar's prefix cache (models.prefix) is also a pool the others
+With `engine.prefix_cache` on, every sidecar's prefix cache (models.engine.prefix) is also a pool the others
 read. When a request arrives, its own sidecar's cache and every other's are asked how many of its
 leading prompt blocks they hold (`lookup`, no side effect); if another holds more (ties: the same
 host, then the same island, then the lowest index), the KV of the tokens its own lacks (never the
 prompt's last token, whose logits the engine computes) moves as one flow from that sidecar's host to
 its own over the network fabric's links (NICs, switch backplanes, island uplinks: shared by max-min
 with the all-reduce and the checkpoint writes; one host's PCIe within a host), and only then does
-the request enter its engine, those tokens cached (models.serving `route_in(..., cached=...)`); its
+the request enter its engine, those tokens cached (models.engine.serving `route_in(..., cached=...)`); its
 own cache's hits it finds at admission as ever. TTFT waits for the fetch. A request with nothing to
 fetch enters at its arrival. The blocks are read as they are when the fetch starts (an eviction
 meanwhile does not cancel it: an assumption), and the pool is only the sidecars' caches (no tier
@@ -24,10 +24,10 @@ import math
 
 import numpy as np
 
-from wadiloco.models import invariants as inv
 from wadiloco.models.errors import InputError
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
 from wadiloco.sim.disagg import EMPTY, enter, fed, kv_bytes_per_token, kv_links
 from wadiloco.sim.engine import Sidecar, delay_to

@@ -1,5 +1,5 @@
 """A merge's phases (listed in sim.training) as fabric jobs on the fleet's resources: sizes and
-bandwidths decide how long each takes, the interference weights (models.interference, or the
+bandwidths decide how long each takes, the interference weights (models.training.interference, or the
 scenario's own) how hard its holds press on serving, and the topology how flows are routed.
 Which GPU training work runs on, and what else holds it (all-reduce kernels, checkpoint staging
 copies), is sim.gpushare's (fleet.gpu_sharing).
@@ -7,8 +7,8 @@ copies), is sim.gpushare's (fleet.gpu_sharing).
 
 from __future__ import annotations
 
-from wadiloco.models.interference import InterferenceWeights, default_weights
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.interference import InterferenceWeights, default_weights
 from wadiloco.sim.checkpoint import Checkpointer, hold
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.gpushare import GpuShare

@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from wadiloco.models import invariants as inv
-from wadiloco.models import serving as pure_serving
-from wadiloco.models.core import NO_GATE
-from wadiloco.models.kv import never_rejects
+from wadiloco.models.engine import serving as pure_serving
+from wadiloco.models.engine._fast import NO_GATE
+from wadiloco.models.engine.kv import never_rejects
 from wadiloco.models.policies.base import LearnerSignals, Observation
-from wadiloco.models.scenario import Scenario
-from wadiloco.models.training import ProgressModel
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.training.progress import ProgressModel
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.training import TrainingView
@@ -54,7 +54,7 @@ def _utilisation(rows: list[list]) -> float:
 def lazy_ok(sidecars: list[Sidecar]) -> bool:
     """Whether the engines' queue and batch sizes can be read back from their request times: each
     request first admitted FCFS and never rejected (a KV pool that can admit every request:
-    models.kv.never_rejects; its preemptions and re-admissions are logged, `requeued` and
+    models.engine.kv.never_rejects; its preemptions and re-admissions are logged, `requeued` and
     `resumed`), from arrivals fixed in advance (no closed loop, no router; a router's engines also
     report their arrivals differently). Not with swap preemption: a swap copy starts at the
     simulator's clock, which can lie an ulp past the engine's (serving.delay_to) depending on where
@@ -184,7 +184,7 @@ class Monitor:
         """The engine columns of the rows added since the last call (lazy), from the per-request
         times: every admission and finish at or before the rows' instants is booked by now.
         Per sidecar, three cursors move forward only: arrivals, admissions (FCFS: ascending) and
-        the first request not finished by the last row (models.serving EngineState.tally)."""
+        the first request not finished by the last row (models.engine.serving EngineState.tally)."""
         tl, lo = self.tl, self._filled
         hi = len(tl["t"])
         if not self.lazy or hi <= lo:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from wadiloco.models.config import Resolved, from_dict
-from wadiloco.models.latency import load_calibration
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.engine.latency import load_calibration
+from wadiloco.models.spec.load import Resolved, from_dict
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet
 
 MODES = {

@@ -10,7 +10,7 @@ CPU work (serialisation, compression) goes through `HostRes.cpu.work(core_s, thr
 
 from __future__ import annotations
 
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.spec.scenario import Scenario
 from wadiloco.sim.fabric import INF, Fabric, Link
 from wadiloco.sim.host import HostCpu
 from wadiloco.sim.topology import build_graph, host_node

@@ -6,7 +6,7 @@ engine's pre-drawn arrivals, as before. Any other router takes the fleet-wide ar
 order (ties in the dealt order) and routes each at its arrival instant, from a `View` of the
 engines' present state. The router is a lookahead source (its next arrival), so no engine runs past
 an instant it routes at, and it is each routed engine's `gate`: an idle engine waits until the
-router's next instant instead of ending (models.serving `serve`).
+router's next instant instead of ending (models.engine.serving `serve`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from wadiloco.models.errors import InputError
 from wadiloco.models.rng import stream
 from wadiloco.models.routers import ROUTERS, parse_router
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.engine import Sidecar, delay_to
 
 INF = math.inf
@@ -133,7 +133,7 @@ def make_router(sc, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arri
             sc.source,
             "router.name",
             f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
-            "client sends its next requests when its own earlier ones finish there (models.clients), so "
+            "client sends its next requests when its own earlier ones finish there (models.workload.clients), so "
             "the requests are tied to that sidecar; use router.name: static",
         )
     cls, params = parse_router(sc.router.name, sc.router.params, sc.source)

@@ -17,7 +17,7 @@ import math
 
 import networkx as nx
 
-from wadiloco.models.scenario import FleetConfig
+from wadiloco.models.spec.scenario import FleetConfig
 
 
 def host_node(island: int, h: int) -> str:

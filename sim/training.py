@@ -31,7 +31,7 @@ from simpy.core import NORMAL
 
 from wadiloco.models.policies.base import NEVER
 from wadiloco.models.rng import stream
-from wadiloco.models.scenario import MERGE_PHASES, TrainingConfig
+from wadiloco.models.spec.scenario import MERGE_PHASES, TrainingConfig
 
 INF = float("inf")
 

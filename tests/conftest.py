@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-# Every simulation in the suite checks the invariants (models/invariants.py) at the end of its run,
+# Every simulation in the suite checks the invariants (models/results/invariants.py) at the end of its run,
 # including those in xdist workers, sweep worker processes and CLI subprocesses, which inherit this.
 # WADILOCO_CHECK_INVARIANTS=0 in the environment turns that off.
 os.environ.setdefault("WADILOCO_CHECK_INVARIANTS", "1")

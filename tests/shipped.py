@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from wadiloco.models.config import load_scenario
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenarios" / "testbed").glob("*.yaml"))

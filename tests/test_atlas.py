@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wadiloco.experiments import atlas_table as at
+from wadiloco.experiments.studies import atlas_table as at
 from wadiloco.experiments.sweep import execute_plan, load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from wadiloco.experiments.cli import main
-from wadiloco.models.config import Scenario
+from wadiloco.models.spec.load import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 VALID = {

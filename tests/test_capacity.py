@@ -10,10 +10,10 @@ import pytest
 from pydantic import Field
 
 from wadiloco.experiments.capacity import SearchSpec, capacity
-from wadiloco.models.config import Strict, load_scenario, scenario_from_dict, with_overrides
-from wadiloco.models.latency import LatencyModel
+from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.rng import stream
-from wadiloco.models.workloads import WORKLOADS, Arrivals, workload
+from wadiloco.models.spec.load import Strict, load_scenario, scenario_from_dict, with_overrides
+from wadiloco.models.workload.kinds import WORKLOADS, Arrivals, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 MEAN_PROMPT = 2000

@@ -1,4 +1,4 @@
-"""Closed-loop clients (models/clients.py, workload kind `closed_loop`), the e2e SLO and engine profiles.
+"""Closed-loop clients (models/workload/clients.py, workload kind `closed_loop`), the e2e SLO and engine profiles.
 
 Latencies in the hand-computed cases are dyadic (a = 2^-8, d = 2^-10 s, no host work), so batch
 times are exact and compared with ==.
@@ -16,15 +16,15 @@ import yaml
 
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.output import requests_csv
-from wadiloco.models import clients
-from wadiloco.models.config import load_scenario, scenario_from_dict, with_overrides
 from wadiloco.models.cotenant import resolve_profile
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.profiles import model_fit
 from wadiloco.models.errors import InputError
-from wadiloco.models.invariants import InvariantError
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.profiles import model_fit
-from wadiloco.models.scenario import Scenario
+from wadiloco.models.results.invariants import InvariantError
+from wadiloco.models.spec.load import load_scenario, scenario_from_dict, with_overrides
+from wadiloco.models.spec.scenario import Scenario
 from wadiloco.models.testbed import fit, fluid
+from wadiloco.models.workload import clients
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +284,7 @@ def _batch_run():
 
 
 def sc_resolved(sc):
-    from wadiloco.models.config import resolve
+    from wadiloco.models.spec.load import resolve
 
     return resolve(sc)
 

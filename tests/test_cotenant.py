@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wadiloco.models.config import load_scenario, resolve, scenario_from_dict, with_overrides
 from wadiloco.models.errors import InputError
-from wadiloco.models.metrics import LABEL_COLUMNS
+from wadiloco.models.results.metrics import LABEL_COLUMNS
+from wadiloco.models.spec.load import load_scenario, resolve, scenario_from_dict, with_overrides
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import Fleet, simulate
 
@@ -193,7 +193,7 @@ def test_merges_windows_open_at_the_merge_ends():
 
 
 def test_weight_from_the_engine_profile_is_the_profiles_fit():
-    from wadiloco.models.profiles import load_profile
+    from wadiloco.models.engine.profiles import load_profile
 
     cot = {"profile_entry": "matmul_6144x20", "timetable": PERIODIC}
     r = resolve(_sc(engine={"profile": "b200_vllm0102_eager"}, cotenant=cot))

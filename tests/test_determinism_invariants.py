@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wadiloco.models import invariants as inv
-from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.workloads import Arrivals, arrivals_hash
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.workload.kinds import Arrivals, arrivals_hash
 from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,8 +151,9 @@ def test_identical_across_blas_kernels(tmp_path, derive_scenario):
         assert a == b, name
     # and the numerics themselves, on inputs where the two kernels' dot products differ
     probe = (
-        "import numpy as np; from wadiloco.models.latency import fit_latency; "
-        "from wadiloco.models.testbed.metrics import _corr; from wadiloco.models.forecast import detect_season; "
+        "import numpy as np; from wadiloco.models.engine.latency import fit_latency; "
+        "from wadiloco.models.testbed.metrics import _corr; "
+        "from wadiloco.models.policies.forecast import detect_season; "
         "r = np.random.default_rng(0); x, y = r.random(801), r.random(801); "
         "print([fit_latency(method='exact', form=f).a.hex() for f in ('linear', 'attention')], "
         "_corr(x, y).hex(), detect_season(np.sin(np.arange(400) / 7.0) + x[:400], 4))"
@@ -207,7 +208,8 @@ def test_request_checks_catch_violations():
 def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
     """The engine silently loses one admitted request: the request table still has a row per
     arrival (check_requests passes), but the engine's own counts no longer sum to its arrivals."""
-    import wadiloco.models.serving as serving  # pure: a compiled EngineState (an extension type) cannot be patched
+    # pure: a compiled EngineState (an extension type) cannot be patched
+    import wadiloco.models.engine.serving as serving
     import wadiloco.sim.build as build
     import wadiloco.sim.engine as engine
 
@@ -231,7 +233,7 @@ def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
 
 
 def test_conservation_check_compares_with_the_table():
-    from wadiloco.models.serving import Counts
+    from wadiloco.models.engine.serving import Counts
 
     inv.check_conservation(0, Counts(1, 2, 3, 4, 5), 15, 5)
     with pytest.raises(inv.InvariantError, match="sum to 14, not 15"):

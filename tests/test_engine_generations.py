@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from wadiloco.benchmarks.harness import run_engine
-from wadiloco.models import batching
-from wadiloco.models.batching import EngineStep, compose, rest, run_time
-from wadiloco.models.capacity import sidecar_capacity_rps
-from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.engine import batching
+from wadiloco.models.engine.batching import EngineStep, compose, rest, run_time
+from wadiloco.models.engine.capacity import sidecar_capacity_rps
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -141,11 +141,12 @@ ARRAY_JOB = st.tuples(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(CAPS, min_size=5, max_size=5), st.lists(ARRAY_JOB, min_size=0, max_size=12))
 def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
-    """models.core's fair_share (compiled when the core is) against models/fairshare.py run as Python,
+    """models.engine._fast's fair_share (compiled when the core is) against models/network/fairshare.py run as Python,
     on any input it accepts: a job may cross no link or one link twice."""
     from array import array
 
-    from wadiloco.models import core, fairshare
+    from wadiloco.models.engine import _fast as core
+    from wadiloco.models.network import fairshare
 
     lk = array("q", [i for lks, _, _ in jobs for i in lks])
     off = array("q", [0])

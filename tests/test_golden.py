@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from wadiloco.experiments.cli import main
-from wadiloco.models.config import load_scenario
+from wadiloco.models.spec.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"

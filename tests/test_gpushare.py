@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.config import resolve, scenario_from_dict, with_overrides
-from wadiloco.models.interference import default_weights
+from wadiloco.models.spec.load import resolve, scenario_from_dict, with_overrides
+from wadiloco.models.training.interference import default_weights
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import Fleet, simulate
 

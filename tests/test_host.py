@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import simpy
 
-from wadiloco.models.config import scenario_from_dict
-from wadiloco.models.host import default_oversubscription, wait_sf
-from wadiloco.models.interference import measured_ratio
-from wadiloco.models.latency import load_calibration
+from wadiloco.models.engine.latency import load_calibration
+from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.training.host import default_oversubscription, wait_sf
+from wadiloco.models.training.interference import measured_ratio
 from wadiloco.sim.fleet import simulate
 from wadiloco.sim.host import HostCpu
 from wadiloco.sim.probe import slowdown
@@ -141,7 +141,7 @@ def test_checkpoint_serialisers_are_runnable_threads():
     sc["merge"]["serialize_threads"] = 12
     sc.update(horizon_s=40)
     sc["policy"]["params"] = {"H": 32}  # a merge at 16 s
-    from wadiloco.models.config import resolve
+    from wadiloco.models.spec.load import resolve
     from wadiloco.sim.fleet import Fleet
 
     f = Fleet(resolve(scenario_from_dict(sc)), 2)

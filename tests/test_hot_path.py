@@ -2,7 +2,7 @@
 
 * The latency fit: the exact WLS (what simulations use: no statsmodels import, no BLAS) gives
   statsmodels' WLS coefficients, and `wadiloco calibrate` still reports the statsmodels fit.
-* models/batching.py: the inlined and searching forms equal the plain closed forms.
+* models/engine/batching.py: the inlined and searching forms equal the plain closed forms.
 * sim/monitor.py Monitor.observe(): the cached pressures, learner signals and merge duration, and the
   inlined queue/running counts, equal a from-scratch computation at every decision of runs with
   merges, and the monitor's arrival/queue samples equal a from-scratch count.
@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wadiloco.models import batching
-from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.latency import LatencyModel, default_latency, design_rows, fit_latency, load_calibration
+from wadiloco.models.engine import batching
+from wadiloco.models.engine.latency import LatencyModel, default_latency, design_rows, fit_latency, load_calibration
 from wadiloco.models.policies.base import LearnerSignals, Observation
+from wadiloco.models.spec.load import load_scenario, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def test_calibrate_reports_the_statsmodels_fit(monkeypatch):
 
 def test_a_run_does_not_import_statsmodels():
     code = (
-        "import sys\nfrom wadiloco.models.config import load_scenario, with_overrides\n"
+        "import sys\nfrom wadiloco.models.spec.load import load_scenario, with_overrides\n"
         "from wadiloco.experiments.runner import run_one\n"
         "sc = with_overrides(load_scenario('scenarios/normal.yaml'), {'horizon_s': 5.0, 'drain_s': 1.0})\n"
         "run_one(sc, 0)\nprint('statsmodels' in sys.modules)\n"
@@ -96,7 +96,7 @@ def test_a_run_does_not_import_statsmodels():
 
 
 def _run_time_general(k, g0, dg, h):
-    """models.batching.run_time as first written: host-bound count, then the series."""
+    """models.engine.batching.run_time as first written: host-bound count, then the series."""
     if k <= 0:
         return 0.0
     m = 0 if h <= g0 else k if dg <= 0 else min(k, math.ceil((h - g0) / dg))
@@ -106,7 +106,7 @@ def _run_time_general(k, g0, dg, h):
 
 
 def _guess_general(t, g0, dg, h):
-    """models.batching._guess as first written: in Python integers, floor division, unclamped."""
+    """models.engine.batching._guess as first written: in Python integers, floor division, unclamped."""
     m_all = batching.host_bound_count(10**12, g0, dg, h)
     if t <= m_all * h:
         return int(t // h) if h > 0 else 0
@@ -226,7 +226,7 @@ def _reference_observation(fleet, step) -> Observation:
     ],
 )
 def test_observe_equals_a_fresh_computation(name, policy, params):
-    from wadiloco.models.config import resolve
+    from wadiloco.models.spec.load import resolve
     from wadiloco.sim.fleet import Fleet
 
     sc = with_overrides(
@@ -266,7 +266,7 @@ def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
     """An engine asks its speeds at every step while merge work presses on its links; the answer is
     kept per fabric generation. At every call it equals the uncached answer, most calls are answered
     from the cache, and a run without the cache gives the same requests."""
-    from wadiloco.models.config import resolve
+    from wadiloco.models.spec.load import resolve
     from wadiloco.sim import engine
     from wadiloco.sim.fleet import Fleet
 
@@ -321,7 +321,7 @@ def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, ex
     """While merge work is on the links the engines book iterations up to the merge's next job
     completion or fixed-duration end (MergeExecutor.next_work_at), where they once yielded at every
     step (the source said -inf): the same requests, timeline and merges, with fewer SimPy events."""
-    from wadiloco.models.config import resolve
+    from wadiloco.models.spec.load import resolve
     from wadiloco.sim import merge
     from wadiloco.sim.fleet import Fleet
 

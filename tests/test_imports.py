@@ -86,7 +86,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_walk_sees_the_project():
     assert len(MODULES) > 60
     # the walk finds top-level, lazy (in-function) and relative-to-package imports
-    assert "wadiloco.models.schema" in GRAPH["wadiloco.models.config"]
+    assert "wadiloco.models.spec.schema" in GRAPH["wadiloco.models.spec.load"]
     assert "wadiloco.experiments.runner" in GRAPH["wadiloco.experiments.commands"]  # inside cmd_run
     assert "wadiloco.models.policies.fixed" in GRAPH["wadiloco.models.policies"]
 
@@ -101,13 +101,19 @@ def test_the_cycle_finder_can_fire():
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     # a lazy import that closes a circle is one
     g = {k: set(v) for k, v in GRAPH.items()}
-    g["wadiloco.models.schema"].add("wadiloco.models.config")
+    g["wadiloco.models.spec.schema"].add("wadiloco.models.spec.load")
     assert _cycle(g) is not None
 
 
 @pytest.mark.parametrize(
-    "leaf", ["wadiloco.models.schema", "wadiloco.models.errors", "wadiloco.models.traces", "wadiloco.models.files"]
+    "leaf",
+    [
+        "wadiloco.models.spec.schema",
+        "wadiloco.models.errors",
+        "wadiloco.models.workload.traces",
+        "wadiloco.models.spec.files",
+    ],
 )
 def test_leaf_modules_import_only_errors(leaf):
-    # models.files (bounded reads of regular files) is itself a leaf over models.errors
-    assert GRAPH[leaf] <= {"wadiloco.models.errors", "wadiloco.models.files"}, GRAPH[leaf]
+    # models.spec.files (bounded reads of regular files) is itself a leaf over models.errors
+    assert GRAPH[leaf] <= {"wadiloco.models.errors", "wadiloco.models.spec.files"}, GRAPH[leaf]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.config import scenario_from_dict
-from wadiloco.models.interference import measured_ratio
+from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.training.interference import measured_ratio
 from wadiloco.sim.fleet import simulate
 from wadiloco.sim.probe import slowdown
 

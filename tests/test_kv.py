@@ -1,4 +1,4 @@
-"""KV-cache blocks (models/kv.py, engine.kv_blocks): a hand-computed preemption, conservation at
+"""KV-cache blocks (models/engine/kv.py, engine.kv_blocks): a hand-computed preemption, conservation at
 every step, the closed forms against brute force, and that an unlimited pool is today's engine.
 Fast-forward vs per-iteration and lookahead on/off with a pool that preempts are cases of
 tests/test_queueing.py (bursty-kv)."""
@@ -15,12 +15,12 @@ import pytest
 import simpy
 
 from wadiloco.benchmarks.harness import run_engine
-from wadiloco.models import invariants as inv
-from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.core import KVPool  # the pool class the running core takes (compiled or pure)
-from wadiloco.models.kv import bytes_per_token, pool_blocks
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.engine._fast import KVPool  # the pool class the running core takes (compiled or pure)
+from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import engine_kv
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.fabric import Fabric

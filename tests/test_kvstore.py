@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.config import scenario_from_dict
+from wadiloco.models.engine.latency import default_latency
 from wadiloco.models.errors import InputError
-from wadiloco.models.latency import default_latency
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import simulate
 
 KIB128 = 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16 KV bytes per token (REFERENCES.md)

@@ -1,4 +1,4 @@
-"""The GPU step's latency law in both forms (models.latency; engine.latency): the attention form fits
+"""The GPU step's latency law in both forms (models.engine.latency; engine.latency): the attention form fits
 the H200 rows (R^2 >= 0.98, every row within 10%, issue 14 item 5), both fitting methods agree, its
 attention pairs do not depend on how a prompt is chunked, and the engine charges them per chunk over
 the cached context. Reference, fast-forward and lookahead checks for the form are in
@@ -11,8 +11,8 @@ import pytest
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.experiments.cli import main
-from wadiloco.models.latency import FORMS, attention_pairs, default_latency, fit_latency, relative_errors
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.engine.latency import FORMS, attention_pairs, default_latency, fit_latency, relative_errors
+from wadiloco.models.workload.kinds import Arrivals
 
 
 def test_the_attention_form_fits_the_profile():

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.config import from_dict, scenario_from_dict
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.spec.load import from_dict, scenario_from_dict
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
 NO_REQUESTS = Arrivals(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from policy_cases import corridor_params, registered
 
-from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.policies import POLICIES, make_policy
 from wadiloco.models.policies.base import FutureView, PolicyContext, WhatIf
 from wadiloco.models.routers import ROUTERS
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The paper study (experiments/paper.yaml, paper_quick.yaml) and its table (experiments/paper_table.py).
+"""The paper study (experiments/paper.yaml, paper_quick.yaml) and its table (experiments/studies/paper_table.py).
 
 - The two shipped sweep files plan the study issue 5 asks for (regimes, policies, seeds, R, 600 s).
 - paper_quick.yaml runs end to end through the CLI on 2 workers, shrunk (2 seeds, 300 s, R=2) in the
@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from wadiloco.experiments import paper_table
 from wadiloco.experiments.cli import main
+from wadiloco.experiments.studies import paper_table
 from wadiloco.experiments.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

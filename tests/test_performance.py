@@ -3,7 +3,7 @@
 * sim/monitor.py lazy samples: a fleet whose engine columns are read back from the request times
   (`lazy_ok`) gives the same timeline, decisions and request table as one sampled eagerly, and its
   monitor is no lookahead source (fewer SimPy events).
-* models/core.py, the compiled serving core (setup.py): bit-identical per-request results, summary
+* models/engine/_fast/__init__.py, the compiled serving core (setup.py): bit-identical per-request results, summary
   and timeline to the pure-Python modules on every shipped scenario (short horizons), with KV pools
   on and off, both engine generations, per-iteration stepping and a router; a stale or missing
   binary falls back to pure Python; setup.py and the loader digest the same sources.
@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 from shipped import SCENARIOS, load_shipped
 
-import wadiloco.models.core as core
-import wadiloco.models.serving as pure
+import wadiloco.models.engine._fast as core
+import wadiloco.models.engine.serving as pure
 import wadiloco.sim.build as build
 import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import KV, event_mark, processed_events
-from wadiloco.models.config import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,8 +243,10 @@ def test_setup_and_loader_digest_the_same_sources():
     imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     keep = [n for n in imports if getattr(n, "module", None) != "setuptools"]
     keep += [n for n in tree.body if getattr(n, "name", None) == "source_digest"]
-    keep += [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id in ("MODULES", "SOURCES")]
-    ns: dict = {}
+    names = ("ROOT", "MODELS", "_MANIFEST")
+    keep += [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names]
+    keep += [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple)]
+    ns: dict = {"__file__": str(ROOT / "setup.py")}
     exec(compile(ast.Module(keep, []), "setup.py", "exec"), ns)
     assert ns["SOURCES"] == core.SOURCES
     assert ns["source_digest"](ROOT / "models") == core.source_digest(ROOT / "models")

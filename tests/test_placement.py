@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from wadiloco.models import invariants as inv
-from wadiloco.models.forecast import EWMA, HoltWinters, detect_season, window_costs
-from wadiloco.models.placement import (
+from wadiloco.models.policies.forecast import EWMA, HoltWinters, detect_season, window_costs
+from wadiloco.models.policies.placement import (
     PlacementError,
     UniformSampler,
     count_placements,
@@ -22,6 +21,7 @@ from wadiloco.models.placement import (
     min_cost_placement,
     sample_placement,
 )
+from wadiloco.models.results import invariants as inv
 
 # (n, h_min, h_max, last_lo, last_hi, start)
 SMALL = [

@@ -14,11 +14,11 @@ from policy_cases import corridor_params, registered
 
 from wadiloco.experiments.cli import main as cli_main
 from wadiloco.experiments.runner import run_one
-from wadiloco.models import invariants as inv
-from wadiloco.models.config import load_scenario, resolve, with_overrides
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES, make_policy, parse_policy
 from wadiloco.models.policies.base import NEVER, LearnerSignals, Observation, PolicyContext
+from wadiloco.models.results import invariants as inv
+from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Prefix caching (models/prefix.py, engine.prefix_cache): a hand-counted hit count on a tiny trace,
+"""Prefix caching (models/engine/prefix.py, engine.prefix_cache): a hand-counted hit count on a tiny trace,
 LRU eviction and pinning by hand, cached tokens skipping prefill (the engine API coloc reuses), KV
 conservation with shared blocks, a 0-capacity cache equal to none, and the Mooncake trace's hit rate
 against the paper's. Fast-forward and lookahead bit-identity with the cache on are cases of
@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wadiloco.benchmarks.harness import run_engine
-from wadiloco.models import invariants as inv
-from wadiloco.models.config import load_scenario, with_overrides
-from wadiloco.models.core import KVPool, PrefixCache  # the classes the running core takes (compiled or pure)
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.prefix import shared_prefix_hashes
+from wadiloco.models.engine._fast import KVPool, PrefixCache  # the classes the running core takes (compiled or pure)
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.prefix import shared_prefix_hashes
+from wadiloco.models.results import invariants as inv
 from wadiloco.models.rng import stream
-from wadiloco.models.traces import load_trace
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.workload.kinds import Arrivals
+from wadiloco.models.workload.traces import load_trace
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import simulate
@@ -166,7 +166,7 @@ def test_a_zero_capacity_cache_is_no_cache():
 def test_a_workload_without_block_hashes_hits_nothing_and_is_told_so():
     """normal.yaml's requests carry no block hashes: with a prefix cache on, every prompt is unique, so
     the run hits nothing (it used to crash in take_cached) and the run's notes say why."""
-    from wadiloco.models.limits import notes
+    from wadiloco.models.spec.limits import notes
 
     sc = with_overrides(
         load_scenario(ROOT / "scenarios" / "normal.yaml"),

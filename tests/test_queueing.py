@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
-from wadiloco.models.batching import EngineStep
-from wadiloco.models.config import Scenario, load_scenario, read_yaml, resolve, scenario_from_dict, with_overrides
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.workloads import Arrivals
+from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.spec.load import Scenario, load_scenario, read_yaml, resolve, scenario_from_dict, with_overrides
+from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,8 +255,8 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
         id="bursty-attention-small-batches",
     ),
     # KV-cache blocks that run short (preemption, recompute, admission waiting for blocks), merge
-    # buffers shrinking the same_gpu pool: runs stop where the blocks do (models.kv); with prefix
-    # caching (models.prefix): shared system prompts' blocks held once, in the cache's reservation of
+    # buffers shrinking the same_gpu pool: runs stop where the blocks do (models.engine.kv); with prefix
+    # caching (models.engine.prefix): shared system prompts' blocks held once, in the cache's reservation of
     # the pool; hits skip prefill, admission pins, insertion evicts (LRU); swap preemption, its copies on
     # PCIe beside merge staging; merge buffers taking their blocks as merges start (a run in flight is
     # cut there) and giving them back as they end. (bursty-router-kv: recompute, no cache)
@@ -351,7 +351,7 @@ def test_lookahead_is_bit_identical(name, extra, policy):
 def test_running_past_a_decision_is_caught(monkeypatch):
     """The invariant behind the test above: no engine's state is ahead of an observation. A bound
     that forgets the policy's decisions must trip it."""
-    from wadiloco.models.invariants import InvariantError
+    from wadiloco.models.results.invariants import InvariantError
     from wadiloco.sim.training import Trainer
 
     sc = _scenario_for("bursty", {})  # (fixed: a planned policy, asked here at every step all the same)

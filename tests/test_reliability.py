@@ -20,10 +20,10 @@ import yaml
 from sweep_helpers import plugins_env, tiny_sweep_dict, write_sweep  # noqa: F401
 
 from wadiloco.experiments.cli import main
-from wadiloco.models.config import load, load_scenario
 from wadiloco.models.errors import InputError
-from wadiloco.models.limits import check_run, estimate
-from wadiloco.models.schema import load_yaml_text
+from wadiloco.models.spec.limits import check_run, estimate
+from wadiloco.models.spec.load import load, load_scenario
+from wadiloco.models.spec.schema import load_yaml_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -95,7 +95,7 @@ def test_limits_are_configurable(monkeypatch):
     monkeypatch.setenv("WADILOCO_MAX_REQUESTS", "1e9")
     monkeypatch.setenv("WADILOCO_MAX_EVENTS", "1e12")
     monkeypatch.setenv("WADILOCO_MAX_MEMORY_MB", "1e9")
-    from wadiloco.models.config import with_overrides
+    from wadiloco.models.spec.load import with_overrides
 
     check_run(with_overrides(sc, {"horizon_s": 604800}))  # raised limits let it through
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from wadiloco.experiments.stats import bootstrap_mean_ci
-from wadiloco.models.config import load_scenario, with_overrides
 from wadiloco.models.errors import InputError
 from wadiloco.models.routers import ROUTERS, describe_routers
+from wadiloco.models.spec.load import load_scenario, with_overrides
 from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]

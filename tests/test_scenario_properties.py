@@ -8,8 +8,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wadiloco.models.config import Scenario, read_yaml, scenario_from_dict
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.load import Scenario, read_yaml, scenario_from_dict
 
 SECTIONS = {name: f.annotation for name, f in Scenario.model_fields.items() if not f.exclude}
 KEYS = sorted(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wadiloco.models.config import load_scenario, with_overrides
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.load import load_scenario, with_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -199,9 +199,10 @@ def test_a_run_resolves_its_scenario_once(tmp_path, monkeypatch):
     policy once; summary.json says what ran. Re-validating the scenario (as sweeps and capacity
     searches do) re-reads the trace only once the file has changed."""
     from wadiloco.experiments.cli import main
-    from wadiloco.models import traces, workloads
     from wadiloco.models.policies import registry
     from wadiloco.models.policies.pressure_gated import PressureGatedParams
+    from wadiloco.models.workload import kinds as workloads
+    from wadiloco.models.workload import traces
 
     rows = [f"2023-11-16 18:15:{s:02d}.0000000,{300 + 7 * s},{20 + s}" for s in range(40)]
     trace = tmp_path / "t.csv"

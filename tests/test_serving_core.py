@@ -1,4 +1,4 @@
-"""The serving core (models/serving.py) and its closed forms (models/batching.py), without SimPy.
+"""The serving core (models/engine/serving.py) and its closed forms (models/engine/batching.py), without SimPy.
 
 A `FakeClock` stands in for the simulator: a wait is a plain delay the driver adds to its time,
 shared work takes max(g, h) (alone on the links, both at rate 1), and a wait can be cut short by
@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from wadiloco.models import batching
-from wadiloco.models.latency import LatencyModel
-from wadiloco.models.serving import EngineState, delay_to, serve
+from wadiloco.models.engine import batching
+from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.serving import EngineState, delay_to, serve
 
 A, B, C, D = 2.0**-8, 2.0**-12, 2.0**-16, 2.0**-10  # s; s per prefill token; s per context token; s per sequence
 H = 2.0**-7  # host work per iteration
@@ -282,16 +282,19 @@ def test_delay_to_never_ends_a_wait_early():
         assert a + d >= b and (a + d == b or a + math.nextafter(d, 0.0) < b)
 
 
-# ---- models/heap.py: the compiled core's finish heap ----------------------------------------------------
+# ---- models/engine/_fast/heap.py: the compiled core's finish heap ----------------------------------------------------
 
 
 def _twins(name: str) -> list:
-    """models/NAME.py run as Python, and its compiled copy `_NAME_c` when setup.py built it."""
+    """The pure module NAME (models/engine/_fast/manifest.py) run as Python, and its compiled copy `_NAME_c`
+    when setup.py built it."""
     from importlib import import_module
 
-    mods = [import_module(f"wadiloco.models.{name}")]
+    from wadiloco.models.engine import _fast
+
+    mods = [import_module(f"wadiloco.models.{_fast.PURE[name]}")]
     try:
-        mods.append(import_module(f"wadiloco.models._{name}_c"))  # (built by setup.py with the serving core)
+        mods.append(import_module(f"{_fast.PACKAGE}._{name}_c"))  # (built by setup.py with the serving core)
     except ImportError:
         pass
     return mods
@@ -299,11 +302,11 @@ def _twins(name: str) -> list:
 
 @pytest.mark.parametrize("mod", _twins("heap"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_key_heap_is_the_list_heap_item_for_item(mod):
-    """The compiled core's KeyHeap (models/heap.py, CPython's heapq algorithms on an array; compiled,
+    """The compiled core's KeyHeap (models/engine/_fast/heap.py, CPython's heapq algorithms on an array; compiled,
     on C integers) holds every key where the pure core's ListHeap (a list and heapq) holds it and
     returns the same keys, on random pushes, pops (due or not), removals (preemption's `take`, which
     heapifies) and loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
-    from wadiloco.models.heap import MASK, ListHeap
+    from wadiloco.models.engine._fast.heap import MASK, ListHeap
 
     rnd = random.Random(3)
     ours, theirs, big = mod.KeyHeap(), ListHeap(), 0
@@ -342,7 +345,7 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
             h.take(7)
 
 
-# ---- models/fifo.py: the compiled core's request queues ------------------------------------------------
+# ---- models/engine/_fast/fifo.py: the compiled core's request queues ------------------------------------------------
 
 
 @pytest.mark.parametrize("mod", _twins("fifo"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -351,7 +354,7 @@ def test_ring_fifo_is_the_list_fifo_item_for_item(mod):
     ListFifo (a deque) holds, in the same order, and gives the same answers, on random pushes at either
     end, pops, looks at any position, drops, removals (preemption) and loads (a tape's copy), past its
     growth and with the ring wrapped."""
-    from wadiloco.models.fifo import ListFifo
+    from wadiloco.models.engine._fast.fifo import ListFifo
 
     rnd = random.Random(5)
     ours, theirs, big, nxt = mod.RingFifo(), ListFifo(), 0, 0

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import wadiloco.models.metrics as M
+import wadiloco.models.results.metrics as M
 import wadiloco.sim.build as build
-from wadiloco.models.config import load_scenario, resolve, with_overrides
-from wadiloco.models.latency import default_latency
+from wadiloco.models.engine.latency import default_latency
+from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
 from wadiloco.sim.merge import resolve_weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_percentiles_in_one_call_equal_one_call_each():
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")  # (np.percentile's own inf - inf)
 def test_sorted_percentiles_are_numpys_bit_for_bit():
-    """models.metrics.sorted_percentiles repeats np.percentile's arithmetic on a sorted array: the same
+    """models.results.metrics.sorted_percentiles repeats np.percentile's arithmetic on a sorted array: the same
     bits (NaN from inf - inf included) for any q in [0, 100], on ties, infinities and tiny arrays. A
     numpy that changes its method fails here, not silently in a result."""
     rng = np.random.default_rng(11)
@@ -164,7 +164,7 @@ def test_arrivals_shared_only_between_runs_of_the_same_draw(monkeypatch):
 
 
 def test_arrivals_hash_of_shared_arrivals_is_the_hash_of_their_contents(monkeypatch):
-    from wadiloco.models import workloads as W
+    from wadiloco.models.workload import kinds as W
 
     monkeypatch.setattr(W, "_HASHED", {})
     arrs, _ = _arrivals(_resolved(), 4)
@@ -176,7 +176,7 @@ def test_arrivals_hash_of_shared_arrivals_is_the_hash_of_their_contents(monkeypa
 
 
 def test_kept_placement_samplers_draw_what_a_new_one_draws():
-    from wadiloco.models.placement import UniformSampler, final_window, sample_placement
+    from wadiloco.models.policies.placement import UniformSampler, final_window, sample_placement
 
     lo, hi = final_window(1300, 512, 8)
     for seed in range(5):

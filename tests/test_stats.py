@@ -528,10 +528,10 @@ def test_arms_restricted_to_other_regimes_are_left_out():
 
 
 def test_null_check_on_runs_counts_rejections_of_draws_against_draws(tmp_path, capsys):
-    """experiments.null_check takes each matched-random draw as the policy against the others: on
+    """experiments.studies.null_check takes each matched-random draw as the policy against the others: on
     skewed draws the placement test rejects about as often as its level, the old Wilcoxon reading
     far more; a control whose runs all tie is not tested; a folder without runs.csv is an error."""
-    from wadiloco.experiments import null_check as nc
+    from wadiloco.experiments.studies import null_check as nc
 
     rng = np.random.default_rng(5)
     rows = []

@@ -1,4 +1,4 @@
-"""Shared busy periods (models.tape, issue 16 item 3): a run that replays the no_sync run's tape of its
+"""Shared busy periods (models.engine.tape, issue 16 item 3): a run that replays the no_sync run's tape of its
 seed gives the very results of a run that simulates everything, on every shipped regime; the tape is
 actually used where the fleet allows it, refused where it does not, and a wrong tape would show."""
 
@@ -11,7 +11,7 @@ import pytest
 from shipped import SCENARIOS, load_shipped
 
 from wadiloco.experiments import runner
-from wadiloco.models.config import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]

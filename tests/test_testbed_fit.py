@@ -15,8 +15,8 @@ import math
 import pytest
 import yaml
 
+from wadiloco.models.engine.profiles import ProfileSpec, fit_profile, load_profile
 from wadiloco.models.errors import InputError
-from wadiloco.models.profiles import ProfileSpec, fit_profile, load_profile
 from wadiloco.models.testbed import fit, fluid
 
 NOT_COVERED = {"vllm-1p5b-medium"}

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wadiloco.models.config import load_scenario, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
 from wadiloco.models.testbed import fit, stage12
 from wadiloco.sim.fleet import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "scenarios" / "testbed"
-# The profile's iteration law covers every run but these (experiments.testbed_table.NOTES says why)
+# The profile's iteration law covers every run but these (experiments.studies.testbed_table.NOTES says why)
 OUT_OF_SAMPLE = {"vllm-1p5b-medium": None, "vllm-1p5b-highcon": 0.03}  # None: not covered at all
 
 
@@ -65,7 +65,7 @@ def test_a_sweep_measures_the_merges_effect_on_the_cotenant_windows():
     record measures "overlapping" on those windows (no request overlaps the instant merges), and the
     stressed requests are slower than the rest; on an ordinary scenario overlapping means merges."""
     from wadiloco.experiments.sweep.worker import execute_task
-    from wadiloco.models import metrics as M
+    from wadiloco.models.results import metrics as M
 
     sc = with_overrides(load_scenario(TESTBED / "stage12_bursty.yaml"), {"horizon_s": 200})
     task = {"scenario": sc, "policy": "replay", "params": {"schedule": "stage12_calibrated_replay"}, "seed": 29}

@@ -1,4 +1,4 @@
-"""The testbed table's statistics and shapes (experiments.testbed_predict, testbed_table), on hand-made
+"""The testbed table's statistics and shapes (experiments.studies.testbed_predict, testbed_table), on hand-made
 runs whose answers are known, and the testbed figures a labelled run carries in its summary."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from wadiloco.experiments import testbed_predict as tp
-from wadiloco.experiments import testbed_sensitivity as ts
-from wadiloco.experiments import testbed_table as tt
+from wadiloco.experiments.studies import testbed_predict as tp
+from wadiloco.experiments.studies import testbed_sensitivity as ts
+from wadiloco.experiments.studies import testbed_table as tt
 from wadiloco.experiments.sweep.spec import SweepSpec
-from wadiloco.models.config import scenario_from_dict
+from wadiloco.models.spec.load import scenario_from_dict
 from wadiloco.models.testbed.metrics import summarize
 from wadiloco.sim.fleet import simulate
 
@@ -163,8 +163,8 @@ def test_a_labelled_run_carries_the_testbeds_own_figures():
 
 
 def test_batch_slope_scale_scales_the_slope_and_keeps_the_reference_iteration():
-    from wadiloco.models.profiles import ProfileSpec, fit_profile, profile_path
-    from wadiloco.models.schema import read_yaml
+    from wadiloco.models.engine.profiles import ProfileSpec, fit_profile, profile_path
+    from wadiloco.models.spec.schema import read_yaml
 
     data = read_yaml(profile_path(ts.PROFILE))
     one = fit_profile(ProfileSpec.model_validate(data), "one")
@@ -180,7 +180,7 @@ def test_the_committed_predictions_beside_the_papers_figures():
     all agree reads as such, not as an [x, x] interval."""
     from pathlib import Path
 
-    preds = json.loads((Path(tt.__file__).resolve().parents[1] / "docs/testbed/predictions.json").read_text())
+    preds = json.loads((Path(tt.__file__).resolve().parents[2] / "docs/testbed/predictions.json").read_text())
     rows = tt.paper_table(preds["predictions"])
     text = "\n".join(rows)
     assert len(rows) == 2 + len(tt.PAPER_FIGURES)

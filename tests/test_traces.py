@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.traces import Trace, describe, load_trace
+from wadiloco.models.workload.traces import Trace, describe, load_trace
 
 AZURE = "AzureLLMInferenceTrace_conv_2023.csv"
 MOONCAKE = "mooncake_synthetic_trace.jsonl"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from wadiloco.models.training import PENALTY_PER_EFOLD, ProgressModel, chinchilla_loss, interval_penalty
+from wadiloco.models.training.progress import PENALTY_PER_EFOLD, ProgressModel, chinchilla_loss, interval_penalty
 
 
 def _run(interval: int, steps: int = 1200) -> float:

@@ -12,7 +12,7 @@ import yaml
 
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.overrides import apply_sets, load_with_sets, parse_sets
-from wadiloco.models.config import load
+from wadiloco.models.spec.load import load
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = str(ROOT / "scenarios" / "bursty.yaml")
@@ -161,7 +161,7 @@ def test_result_files_name_their_units_and_phases(tmp_path, capsys):
 
 
 def test_pure_flag_runs_the_pure_core_with_the_same_results(tmp_path):
-    """`wadiloco --pure` picks the pure-Python serving core (models/core.py) in a real process, says so
+    """`wadiloco --pure` picks the pure-Python serving core (models/engine/_fast/__init__.py) in a real process, says so
     in the run's provenance, and gives the requests the default core gives."""
     import os
     import subprocess

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wadiloco.models import workloads as W
 from wadiloco.models.errors import InputError
-from wadiloco.models.workloads import (
+from wadiloco.models.workload import kinds as W
+from wadiloco.models.workload.kinds import (
     WORKLOADS,
     Arrivals,
     Context,

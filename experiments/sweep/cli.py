@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.limits import check_count
+from wadiloco.models.spec.limits import check_count
 
 
 def _positive_int(v: str) -> int:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from wadiloco.experiments import protocol
 from wadiloco.experiments.report import load
-from wadiloco.models.metrics import SYNC_EXCESS
+from wadiloco.models.results.metrics import SYNC_EXCESS
 
 KEYS = ["regime", "policy", "seed", "draw"]
 NESTED = ("params",)  # mapping columns; list columns are found by their values

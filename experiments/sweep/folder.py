@@ -23,7 +23,7 @@ from wadiloco.experiments.store import STORE_NAME, Store
 from wadiloco.experiments.sweep.kill_points import kill_point
 from wadiloco.experiments.sweep.plan import Plan
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import not_regular
+from wadiloco.models.spec.schema import not_regular
 
 LOCK_NAME = ".wadiloco-sweep.lock"
 PROVENANCE_KEY = "provenance"  # the store's meta entry; `report` writes it out as provenance.json

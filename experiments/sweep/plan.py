@@ -32,12 +32,12 @@ from typing import Any
 
 from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
 from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
-from wadiloco.models.config import Scenario, check_policy, load_scenario, with_overrides
 from wadiloco.models.errors import InputError
-from wadiloco.models.limits import check_count, check_run
 from wadiloco.models.policies import POLICIES
 from wadiloco.models.policies.registry import unknown_policy
-from wadiloco.models.schema import input_problem, read_input
+from wadiloco.models.spec.limits import check_count, check_run
+from wadiloco.models.spec.load import Scenario, check_policy, load_scenario, with_overrides
+from wadiloco.models.spec.schema import input_problem, read_input
 
 BASELINE = "no_sync"
 
@@ -277,7 +277,7 @@ def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> d
     calibration. Part of the sweep's identity, so --resume after editing one starts no mixture."""
     from importlib import resources
 
-    from wadiloco.models.latency import CALIBRATION_FILE
+    from wadiloco.models.engine.latency import CALIBRATION_FILE
 
     files = {str(Path(p)) for p in plugins if p.endswith(".py")}
     for sc in scenarios:
@@ -297,7 +297,7 @@ def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> d
 def _packaged_profile(name: str) -> Path | None:
     from importlib import resources
 
-    from wadiloco.models.profiles import PACKAGED
+    from wadiloco.models.engine.profiles import PACKAGED
 
     q = resources.files("wadiloco.models.data").joinpath(PACKAGED, f"{name}.yaml")
     return Path(str(q)) if q.is_file() else None

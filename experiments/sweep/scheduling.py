@@ -36,7 +36,7 @@ from wadiloco.experiments.sweep.folder import (
 )
 from wadiloco.experiments.sweep.kill_points import kill_after_commit, kill_point
 from wadiloco.experiments.sweep.plan import Plan, Task
-from wadiloco.models.metrics import ARRIVALS_HASH, INNER_STEPS, MERGES
+from wadiloco.models.results.metrics import ARRIVALS_HASH, INNER_STEPS, MERGES
 
 
 @dataclass

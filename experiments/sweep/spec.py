@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import Strict, check_finite, read_yaml, validate
+from wadiloco.models.spec.schema import Strict, check_finite, read_yaml, validate
 
 
 class RegimeSpec(Strict):

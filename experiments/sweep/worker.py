@@ -6,7 +6,7 @@ latencies, whether to keep the timeline and the latencies, plugin modules) and t
 {"status": "ok", "summary": ..., "timeline": ..., "detail": ...} or
 {"status": "error", "error": "<exception text and the innermost frames>"}. A run's result depends
 only on what is in the task, so any process on any backend gives the same answer. The figures
-themselves are computed in models/metrics.py; this module only runs, compacts and packs.
+themselves are computed in models/results/metrics.py; this module only runs, compacts and packs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from wadiloco.experiments.output import to_jsonable
 from wadiloco.experiments.sweep.plugins import load_plugins
-from wadiloco.models import metrics as M
+from wadiloco.models.results import metrics as M
 
 TIMELINE_MAX_POINTS = 2000
 

@@ -7,9 +7,9 @@ among all corridor-feasible placements, with the policy's own RNG stream (seed, 
 Same budget, no information: if a "smart" policy does not beat this, its placement is not what
 helps.
 
-Sampler (models.placement): exact uniform sampling over placements s_1 < ... < s_N where every
+Sampler (models.policies.placement): exact uniform sampling over placements s_1 < ... < s_N where every
 gap, including the first from step 0, is in [h_min, h_max] and the tail to the run's last inner
-step obeys the corridor rule of `models.invariants.check_corridor` (<= h_max + 1). A counting
+step obeys the corridor rule of `models.results.invariants.check_corridor` (<= h_max + 1). A counting
 dynamic programme gives, for each step, the number of ways to reach it with j merges; the
 placement is then drawn backwards with probabilities proportional to those counts, which makes
 every feasible placement equally likely.
@@ -17,7 +17,7 @@ every feasible placement equally likely.
 Run length. The plan is made before the run, but the run's final inner step T is only known
 afterwards; it differs from the reference's T_ref by a few steps because merges block the
 islands for slightly different times (barrier waits, merge durations). The plan therefore uses
-the final window of `models.placement.final_window(T_ref, h_max, slack)`: the last merge is at
+the final window of `models.policies.placement.final_window(T_ref, h_max, slack)`: the last merge is at
 most T_ref - slack (the run surely gets there) and at least T_ref + slack - h_max - 1 (the tail
 stays legal even if the run goes `slack` steps further). If that window leaves no feasible
 placement, the slack is reduced step by step down to 0, where the reference's own placement is
@@ -33,8 +33,8 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.placement import PlacementError, feasible_range, final_window, sample_placement
 from wadiloco.models.policies.base import NEVER, Observation, Params, Policy, PolicyContext
+from wadiloco.models.policies.placement import PlacementError, feasible_range, final_window, sample_placement
 from wadiloco.models.policies.registry import POLICIES, parse_policy, register
 from wadiloco.models.rng import stream
 

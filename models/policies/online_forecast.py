@@ -19,7 +19,7 @@ Rule, at every inner step:
       merges when the current (smoothed) rate is in the low tail of what the fleet has recently
       seen, i.e. in a lull, and otherwise waits (up to h_max).
 
-Forecasters (`models.forecast`): `ewma` (the paper's one-step EWMA, smoothing `alpha` per bin)
+Forecasters (`models.policies.forecast`): `ewma` (the paper's one-step EWMA, smoothing `alpha` per bin)
 or `holt_winters` (statsmodels ExponentialSmoothing with an additive season, `season_s` or
 detected from the autocorrelation; refitted every `refit_s`).
 """
@@ -32,8 +32,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from wadiloco.models.forecast import make_forecaster, window_costs
 from wadiloco.models.policies.base import Observation, Policy, PolicyContext
+from wadiloco.models.policies.forecast import make_forecaster, window_costs
 from wadiloco.models.policies.registry import register
 from wadiloco.models.policies.wa_diloco import ScoreMixin, WaDilocoParams
 

@@ -21,7 +21,7 @@ burst leaves behind: queued requests stay in the system for tens of seconds afte
 requests than wa_diloco; leads of 10-30 s did about equally well). This is a count, not a latency
 model: it is what `overlap_requests` measures, and fewer overlapped requests need not mean fewer
 violated ones. The minimum-cost placement is found exactly by dynamic programming over step
-boundaries (`models.placement.min_cost_placement`).
+boundaries (`models.policies.placement.min_cost_placement`).
 
 D is `merge_duration_s` (default 8 s, SPEC's "a merge takes about 8 s") until the first merge has
 run; with `learn_duration` (default on) it then becomes the mean measured duration of merges so
@@ -37,9 +37,9 @@ import numpy as np
 from pydantic import Field
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.placement import PlacementError, min_cost_placement
 from wadiloco.models.policies.base import FutureView, Observation, PolicyContext
 from wadiloco.models.policies.matched_random import MatchedControl, ReferenceParams, plan_window, reference_budget
+from wadiloco.models.policies.placement import PlacementError, min_cost_placement
 from wadiloco.models.policies.registry import register
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies.base import Params, Policy, PolicyContext
-from wadiloco.models.schema import validate
+from wadiloco.models.spec.schema import validate
 
 POLICIES: dict[str, type[Policy]] = {}
 RENAMED = {"offline_calibrated": "overlap_oracle"}  # old name -> new: named in the error for the old one

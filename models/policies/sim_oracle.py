@@ -13,7 +13,7 @@ same step times), scored by its SLO violations, ties broken by the requests' tot
    holds training for the probes' measured mean D), so the (j+1)-th merge at step k costs what the
    probes say of step k + j * D / step_time (linear between probes);
 2. the placement minimising the summed marginal costs (dynamic programming,
-   `models.placement.min_cost_placement`) and the overlap proxy's (`overlap_oracle`'s plan), each
+   `models.policies.placement.min_cost_placement`) and the overlap proxy's (`overlap_oracle`'s plan), each
    simulated in full; the better one is kept;
 3. coordinate search: each merge in turn moved by +-grid/2 and +-grid/4 steps (corridor and final
    window kept), each move simulated in full and kept when it scores better; `refine_passes`
@@ -38,10 +38,10 @@ import numpy as np
 from pydantic import Field
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.placement import min_cost_placement
 from wadiloco.models.policies.base import NEVER, FutureView, Observation, PolicyContext, WhatIf
 from wadiloco.models.policies.matched_random import MatchedControl, ReferenceParams, plan_window, reference_budget
 from wadiloco.models.policies.overlap_oracle import overlap_costs
+from wadiloco.models.policies.placement import min_cost_placement
 from wadiloco.models.policies.registry import register
 
 PROXY_LEAD_S, PROXY_DURATION_S = 20.0, 8.0  # overlap_oracle's defaults, for its plan as a candidate

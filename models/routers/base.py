@@ -6,7 +6,7 @@ free KV blocks, whether merge work presses on its host now) and the arriving req
 and prefix key. Nothing about later arrivals reaches it: the view is built from the engines' state
 at the arrival instant (the oracle boundary, tests/test_oracle_boundary.py).
 
-`static` is the exception: it keeps the workload's own dealing (models.workloads `spread`), decided
+`static` is the exception: it keeps the workload's own dealing (models.workload.kinds `spread`), decided
 before the run, and no router process runs at all (off the hot path).
 """
 
@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.schema import validate
+from wadiloco.models.spec.schema import validate
 
 
 class Params(BaseModel):

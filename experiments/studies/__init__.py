@@ -1,0 +1,1 @@
+"""Studies made with the simulator: the paper, the atlas, the testbed twin."""

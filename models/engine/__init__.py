@@ -1,0 +1,1 @@
+"""The serving engine, SimPy-free: state and step rules, KV blocks, prefix cache, latency laws."""

@@ -1,0 +1,940 @@
+"""The serving engine's state and step rules (vLLM-like continuous batching), SimPy-free.
+
+`EngineState` holds everything one sidecar engine knows: per-request inputs (arrival times,
+prompt and output lengths, as compact typed arrays) and results (admission, first-token and
+finish times, numpy), the queues (waiting, prefilling, a heap of decoders keyed by the iteration
+after which each is done, one integer per decoder: `key`) and the counters. Requests are plain
+integers indexing the arrays, so the hot path allocates no per-request objects.
+
+The rules, one iteration at a time (vLLM v1 order; benchmarks/reference.py implements the same
+rules independently, as the tests' oracle):
+
+1. Every request that has arrived by the start of the iteration (t <= now) is waiting.
+2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
+   already prefilling get the next chunk of their prompt first (in order); then waiting requests
+   are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
+3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (+ e*attention pairs of the chunks,
+   latency form `attention`; models.engine.latency), host work
+   h = h0 + h1*batch + h2*scheduled_tokens on the engine's CPU path and frontend work f (the API
+   server: per admitted request and per output token, on its own CPU path; `front_work`); at
+   speeds rg, rh, rf (1 alone) an overlapped iteration (vLLM V1) takes max(h/rh, f/rf, g/rg), a
+   sequential one (vLLM V0) h/rh + g/rg + f/rf (models.engine.batching: EngineStep, compose).
+4. At its end every decoder has one more token; a request whose prompt is now fully computed
+   has its first token and decodes with context prompt + 1 (or finishes, if it wants one output
+   token: `first_tokens`); a decoder with all its output tokens finishes.
+
+With a KV-cache pool (models.engine.kv; `kv`, None: unlimited) rule 2 first gives every decoder crossing a
+block boundary its block, preempting the most recently admitted running request while they do not
+fit (recompute: `make_room`, `_preempt`; or swap: its blocks go to host memory and come back,
+`_swap_in`, copied over PCIe before the iteration, `_shared_step`), and admits only while the
+prompt's blocks fit above the watermark (`admit_kv`); a finished request's blocks go back
+(`release`); fast-forward stops where the free blocks run out (`kv_run`). Cached prompt tokens
+(given with a request, or a prefix cache's hit: models.engine.prefix; `skip`, `take_cached`) are not
+prefilled. docs/engine.md.
+
+`serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
+until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
+or up to the first boundary at or after an arrival it could admit, timed in closed form
+(models.engine.batching). A step that ends before the lookahead bound (`bound.until`: nothing will look
+at the engine or change its speeds before then) is booked at once, without a wait.
+
+`serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy). It calls
+`Steps.advance` once per SimPy event, not once per step: advance books every step that needs no
+event (the loop of the rules above) and says what to wait for. The compiled core (setup.py,
+serving.pxd) runs advance and the rules in C; a generator cannot have C locals.
+
+A tape (models.engine.tape; `st.tape`, set before the run) is consulted only where a step starts at or after
+its `mark` (a snapshot is recorded, or the engine jumps ahead along a baseline run's trajectory) and
+at idle instants (recorded, or a baseline's busy period copied): what it restores replaces the
+state in place, and the loop's locals are read back from `st`.
+
+Closed-loop clients (models.workload.clients): an engine may have a `client` that creates requests as others
+finish (a batch starts when the previous one is done; a user sends again after thinking). It is
+consulted only when a step finishes requests (`_finish_closed`), and puts what it creates into the
+not-yet-arrived tail of the arrays (`add`), kept sorted; so the engine's next arrival, its idle
+waits and fast-forward's stop at an arrival are exact as for pre-drawn arrivals. Open-loop engines
+(`client` None) take the original path, one test per step.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_right
+from collections.abc import Generator, Sized
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from wadiloco.models.engine._fast.fifo import ListFifo as RingFifo
+from wadiloco.models.engine._fast.heap import ListHeap as KeyHeap
+from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
+from wadiloco.models.engine.kv import KVPool, blocks
+from wadiloco.models.engine.prefix import PrefixCache
+
+POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
+CACHE = PrefixCache  # and the prefix cache class (the same)
+NAN = math.nan
+INF = math.inf
+FULL3 = (1.0, 1.0, 1.0)  # GPU, host and frontend speeds of an engine alone on its links
+# A decoder's key in `fin_heap`: due << 32 | rid (the iteration after which it is done, the request), so
+# the heap holds plain ints and orders them as the tuples (due, rid). The hot loop spells out the
+# shift (32), and takes rid as x - (due << 32), so that the compiled core computes them in C.
+RIDS = 1 << 32  # requests per engine at most (`_grow` checks); due < 2**31 (`first_tokens` checks)
+
+
+def key(due: int, rid: int) -> int:
+    """The heap key of request rid, done after iteration `due`."""
+    return due << 32 | rid
+
+
+class Clock(Protocol):
+    """What the engine needs from the simulator it runs in (sim/engine.py: Sidecar, on SimPy)."""
+
+    Cut: type[BaseException]  # thrown in at a wait that is cut short
+    interruptible: bool  # the engine sets it while in a wait that may be cut short
+    gpu_jobs: Sized  # other work on the engine's GPU and host: while both are empty it runs at
+    host_jobs: Sized  # full speed without asking speeds()
+
+    def wait(self, delay: float) -> object:
+        """Something to yield that resumes the engine `delay` later."""
+
+    def now(self) -> float: ...
+
+    def speeds(self) -> tuple[float | None, float | None, float | None]:
+        """The engine's speed on its GPU, its host and its frontend path (constant until the jobs
+        there change; 1 for a frontend it does not have), or None for a link whose sharing is the
+        fabric's to decide (then `shared` runs the step)."""
+
+    def shared(self, g: float, h: float, f: float, sequential: bool) -> Generator:
+        """Run GPU work g, host work h and frontend work f as jobs among the others, all at once
+        or (sequential) one after the other in the order h, g, f; returns when all are done."""
+
+    def copy(self, blocks: int) -> Generator:
+        """Copy this many KV blocks between GPU and host memory (swap) over the host's copy path,
+        among the jobs there; returns when done (at once when that path is unlimited)."""
+
+
+class Bound(Protocol):
+    """The lookahead bound (sim.engine.Lookahead)."""
+
+    until: float  # before this instant nothing will look at the engine or touch its links
+
+
+class _NoGate:
+    """The gate of an engine no router feeds: nothing arrives but its own arrays."""
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until = INF
+
+
+NO_GATE = _NoGate()
+
+
+def delay_to(now: float, t: float) -> float:
+    """A delay d with now + d == t in floating point, so that a wait set from the simulator's
+    clock `now` ends at exactly the engine's own clock value t (t - now alone can miss by an ulp).
+    When no d gives t exactly (now + d steps over it: round-half-even), the smallest d past it: a
+    wait never ends before t (an engine woken an ulp early, idle until a router's instant t, would
+    wait 0 s at that earlier instant for ever)."""
+    d = t - now
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t:
+        d = math.nextafter(d, -math.inf)
+    if now + d < t:
+        d = math.nextafter(d, math.inf)
+    return d
+
+
+class Counts(NamedTuple):
+    """Where a sidecar's requests are at an instant; the fields sum to all its requests."""
+
+    waiting: int  # arrived, not admitted
+    prefilling: int  # admitted, prompt not fully computed
+    decoding: int
+    not_arrived: int
+    finished: int
+    rejected: int = 0  # too long ever to fit the KV pool (models.engine.kv)
+
+
+def packed(x, code: str, dtype) -> array:
+    """`x` as a compact typed array whose items read back as Python floats or ints."""
+    a = array(code)
+    a.frombytes(memoryview(np.ascontiguousarray(x, dtype=dtype)).cast("B"))
+    return a
+
+
+class EngineState:
+    """One engine's state. While `serve` runs it keeps the counters in locals and publishes
+    them here at every step, so whenever anything else runs this is the state as of `now`."""
+
+    __slots__ = (
+        # configuration: limits, latency model, host work per iteration (h + h1*batch + h2*tokens),
+        # frontend work (fq per admitted request, ft per output token), sequential step or not
+        ("max_seqs", "budget", "a", "b", "c", "d", "e", "h", "h1", "h2", "fq", "ft", "seq", "front")
+        # per-request inputs and results
+        + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
+        # queues
+        + ("next_i", "waiting", "prefilling", "prefilled", "fin_heap")
+        # counters, the clock, and the probe's (start, end) per step (None: off)
+        + ("n_dec", "sum_ctx", "diter", "n_finished", "contended", "now", "log")
+        # closed loop: the client (None: open loop) and each request's tag (its batch or user)
+        + ("client", "tag")
+        # the KV-cache block pool (models.engine.kv; None: unlimited, today's engine)
+        + ("kv", "slow")
+        # a router's next instant (sim.routing.RouterProc.until; inf: no router): an idle engine waits for it
+        + ("gate",)
+        # cached prompt tokens: each request's given count (`cached`: its KV arrives with it), the
+        # prefix cache (`px`, models.engine.prefix; None: off) and each request's block hashes, the tokens a
+        # request in prefill skipped at its admission (`skipped`) and the cache's blocks it pins
+        # (`pinned`), and whether admission asks (`start`)
+        + ("cached", "px", "hashes", "skipped", "pinned", "_skipped", "_pinned", "start")
+        # busy periods recorded or replayed at idle instants (models.engine.tape; None: neither)
+        + ("tape",)
+        # the head of the queue that did not fit (admit_kv) and what admitting it would take, as of the
+        # prefix cache's epoch: it asks again at every step, and the answer holds until the cache changes
+        + ("_head", "_head_epoch", "_head_skip", "_head_nb")
+        # when running requests went back to the queue (preempted) and came back (re-admitted, swapped
+        # in), in engine time: with the request times they give the queue and batch sizes at any
+        # instant (sim.monitor's lazy samples)
+        + ("requeued", "resumed")
+        # the result arrays again, as the engine writes them, and the input arrays as it reads them (the
+        # compiled core's typed views: serving.pxd; `_views`); an input array grows only with its views dropped
+        + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output", "_prefilled")
+    )
+
+    def __init__(
+        self,
+        t,
+        prompt,
+        output,
+        lat,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        host_s: float,
+        step: EngineStep = TODAYS_STEP,
+        kv: KVPool | None = None,
+        cached=None,
+        prefix: PrefixCache | None = None,
+        hashes=None,
+    ):
+        self.kv = kv
+        # `serve` books steps with _book_slow (a KV pool, a prefix cache, a client, a log, a router)
+        self.slow = kv is not None or prefix is not None
+        self.gate = NO_GATE
+        self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
+        self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
+        self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
+        self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
+        self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
+        self.n = n = len(t)
+        if n > RIDS:
+            raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
+        self.t_arr = packed(t, "d", np.float64)
+        self.prompt = packed(prompt, "q", np.int64)
+        self.output = packed(output, "q", np.int64)
+        self.admitted = np.full(n, NAN)
+        self.first_token = np.full(n, NAN)
+        self.finish = np.full(n, NAN)
+        # per request, while it is in `prefilling`: its prompt tokens computed so far (else stale); an
+        # array of Python ints, as the dict it replaces held (numpy's int64 would change the pure core's types)
+        self.prefilled = array("q", bytes(8 * n))
+        # per request: the prompt tokens it skipped at its admission (cached), until its prefill is done
+        # (0 after); the prefix cache's blocks it pins (0: none, and nothing for `px.release` to do)
+        self.skipped = array("q", bytes(8 * n))
+        self.pinned = array("q", bytes(8 * n))
+        self._views()
+        self._grow()  # (the input arrays' views)
+        self.next_i = 0  # next arrival not yet pulled into `waiting`
+        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
+        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
+        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
+        self.n_dec = 0  # decoding requests
+        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
+        self.diter = 0  # iterations run
+        self.n_finished = 0
+        self.contended = 0  # iterations run below full speed or shared with other jobs
+        self.now = 0.0
+        self.log: list[tuple[float, float]] | None = None
+        self.client = None
+        self.tag: array | None = None
+        self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
+        self.px = prefix
+        self.hashes = None if hashes is None else list(hashes)
+        if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
+            raise ValueError("one cached-token count and one hash tuple per request")
+        c, p = np.asarray(self.cached, dtype=np.int64), np.asarray(prompt, dtype=np.int64)  # (vectorised)
+        if n and ((c < 0).any() or (c > p).any()):
+            raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
+        self.start = prefix is not None or bool(c.any())
+        del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
+        self.tape = None
+        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
+        self.requeued: list[float] = []
+        self.resumed: list[float] = []
+
+    # -- closed loop: requests created as the run goes --------------------------------------------
+    def attach(self, client) -> None:
+        """Serve `client`'s requests (models.workload.clients): it submits its first ones now, more as they finish."""
+        self.client, self.tag, self.slow = client, array("q"), True
+        if self.n:
+            raise ValueError("a closed-loop engine starts with no pre-drawn arrivals")
+        client.start(self)
+
+    def route_in(self, t: float, prompt: int, output: int, cached: int = 0, hashes=None) -> None:
+        """A request handed to this engine as it arrives at t (>= every arrival so far; a router, or a
+        disaggregated prefill engine). `cached`: prompt tokens whose KV comes with it (0 to prompt; its
+        prefill computes only the rest, its context is the whole prompt; a preempted request recomputes
+        them); `hashes`: its prompt's block hashes, for the prefix cache."""
+        if not 0 <= cached <= prompt:
+            raise ValueError(f"cached prompt tokens {cached} outside [0, {prompt}]")
+        self._unview()
+        self.t_arr.append(t)
+        self.prompt.append(prompt)
+        self.output.append(output)
+        self.cached.append(cached)
+        if hashes is not None and self.hashes is None:
+            self.hashes = [None] * self.n
+        if self.hashes is not None:
+            self.hashes.append(hashes)
+        self.start = self.start or cached > 0
+        self.n += 1
+        self._grow()
+
+    def _grow(self) -> None:
+        if self.n > RIDS:
+            raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
+        if self.n > len(self.finish):  # unarrived requests have NaN results: growing is all it takes
+            cap = max(2 * len(self.finish), self.n, 64)
+            for name in ("admitted", "first_token", "finish"):
+                old = getattr(self, name)
+                new = np.full(cap, NAN)
+                new[: len(old)] = old
+                setattr(self, name, new)
+            # (new arrays, never resized in place: the compiled core holds views of them)
+            zeros = array("q", bytes(8 * (cap - len(self.prefilled))))
+            self.prefilled, self.skipped = self.prefilled + zeros, self.skipped + zeros
+            self.pinned = self.pinned + zeros
+            self._views()
+        self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
+
+    def _views(self) -> None:
+        self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
+        self._prefilled, self._skipped, self._pinned = self.prefilled, self.skipped, self.pinned
+        if self.kv is not None:
+            self.kv.room(len(self.finish))  # (the pool's per-request arrays: as many as the results')
+
+    def _unview(self) -> None:
+        """Drop the typed views of the input arrays before they grow (an array.array with a view on
+        its buffer cannot be resized); `_grow` takes them again."""
+        self._t_arr = self._prompt = self._output = None
+
+    def add(self, t: float, prompt, output, tag: int) -> None:
+        """Requests arriving at t (>= now) with these token lengths: inserted into the not-yet-arrived
+        tail, after any arriving at or before t, so the arrival order stays sorted. Only requests
+        that have not arrived move, and only the client holds those (by tag, not by index)."""
+        m = len(prompt)
+        if not m:
+            return
+        pos = bisect_right(self.t_arr, t, self.next_i)
+        self._unview()
+        self.t_arr[pos:pos] = array("d", [t]) * m
+        self.prompt[pos:pos] = array("q", prompt)
+        self.output[pos:pos] = array("q", output)
+        self.tag[pos:pos] = array("q", [tag]) * m
+        self.cached[pos:pos] = array("q", bytes(8 * m))
+        if self.hashes is not None:
+            self.hashes[pos:pos] = [None] * m
+        self.n += m
+        self._grow()
+
+    # -- queries (present state only) -------------------------------------------------------
+    def queue_len(self, now: float) -> int:
+        """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
+        or before an earlier instant, so the search can start there.)"""
+        i, t, kv = self.next_i, self.t_arr, self.kv
+        swapped = len(kv.swapped) if kv is not None else 0  # (swapped out: waiting to come back)
+        return len(self.waiting) + swapped + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
+
+    def arrived(self, now: float) -> int:
+        return bisect_right(self.t_arr, now)
+
+    def running(self) -> int:
+        return self.n_dec + len(self.prefilling)
+
+    def counts(self, now: float) -> Counts:
+        """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
+        arrived = bisect_right(self.t_arr, now)
+        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.swapped) if self.kv is not None else 0)
+        rejected = self.kv.rejected if self.kv is not None else 0
+        return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
+
+    def tally(self, t: float, seen: int, adm: int, fin: int) -> tuple[int, int, int, int]:
+        """sim.monitor's lazy samples, from the request times: at t (the samples' instants ascend), from
+        the last sample's cursors (requests arrived by then, admitted by then, and the first not
+        finished by then), the cursors at t and the requests finished by t. Arrivals and admissions
+        ascend (FCFS; a NaN tail not yet admitted), so two cursors move forward only; the finished
+        after the third are counted one by one."""
+        t_arr, admitted, finish, n = self._t_arr, self._admitted, self._finish, self.n
+        while seen < n and t_arr[seen] <= t:
+            seen += 1
+        while adm < seen and admitted[adm] <= t:
+            adm += 1
+        while fin < adm and finish[fin] <= t:
+            fin += 1
+        done = fin
+        for j in range(fin + 1, adm):  # (finish[fin] > t or NaN)
+            if finish[j] <= t:
+                done += 1
+        return seen, adm, fin, done
+
+    # -- rules 2 and 4 --------------------------------------------------------------------------
+    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
+        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
+        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
+        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
+        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
+        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
+        prefilling, waiting = self.prefilling, self.waiting
+        budget0 = self.budget
+        budget = budget0 - n_dec
+        m = take = 0
+        for j in range(prefilling.n):
+            if budget <= 0:
+                break
+            rid = prefilling.at(j)
+            take = self._prompt[rid] - self._prefilled[rid]
+            take = take if take < budget else budget
+            m += 1
+            budget -= take
+        room, start = self.max_seqs - n_dec - prefilling.n, self.start
+        while waiting.n and budget > 0 and room > 0:
+            rid = waiting.pop_front()
+            self._admitted[rid] = now
+            prefilling.push(rid)
+            if start:
+                got, hit, tok = self.skip(rid)
+                self.take_cached(rid, True, got, hit, tok)
+            else:
+                got = 0
+            self._prefilled[rid] = got
+            take = self._prompt[rid] - got
+            take = take if take < budget else budget
+            m += 1
+            budget -= take
+            room -= 1
+        return m, take, budget0 - n_dec - budget
+
+    def step_work(self, m: int, last: int, n_dec: int, g: float) -> tuple[float, float, float]:
+        """An iteration's GPU time (`g` plus e per causal attention pair of its m chunks (`admit`),
+        each over the prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens,
+        and the API server's time: fq per request admitted in it (a new admission has no prompt token
+        computed yet) and ft per output token it produces (one per decoder, a first token per chunk
+        that ends a prompt)."""
+        if not m:
+            return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
+        prefilling = self.prefilling
+        new = tokens = pf = pairs = 0
+        for j in range(m):
+            rid = prefilling.at(j)
+            got = self._prefilled[rid]
+            take = self._prompt[rid] - got if j < m - 1 else last
+            new += got == self._skipped[rid]  # its first chunk: from the tokens it skipped
+            tokens += got + take >= self._prompt[rid]
+            pf += take
+            pairs += take * got + take * (take + 1) // 2  # models.engine.latency.attention_pairs
+        h = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
+        return (g + self.e * pairs if self.e else g), h, self.fq * new + self.ft * (n_dec + tokens)
+
+    def first_tokens(self, m: int, last: int, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Rule 4 for the m prefill chunks (`admit`) of an iteration ending at `end` (the
+        `diter`-th): first tokens, new decoders (and requests wanting one output token, finished).
+        Returns the new (n_dec, sum_ctx)."""
+        kv, start, prefilling = self.kv, self.start, self.prefilling
+        # only the last chunk can fall short of its prompt: the requests whose prefill completes are
+        # a prefix of `prefilling`
+        completed = 0
+        for j in range(m):
+            rid = prefilling.at(j)
+            got = self._prompt[rid] if j < m - 1 else self._prefilled[rid] + last
+            if got < self._prompt[rid]:
+                self._prefilled[rid] = got
+                continue
+            completed += 1
+            if start:
+                self.prefill_done(rid)
+            # (a request recomputed after preemption has its first token)
+            if kv is None or not kv.orig or rid not in kv.orig:
+                self._first_token[rid] = end
+            out = self._output[rid]
+            if out <= 1:
+                self._finish[rid] = end
+                self.n_finished += 1
+                if kv is not None:
+                    self.release(rid, -1)
+                elif self.px is not None:
+                    self.unpin(rid)
+                continue
+            n_dec += 1
+            if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
+                kv._cnt[(diter - self._prompt[rid]) % kv.bs] += 1
+            sum_ctx += self._prompt[rid] + 1
+            due = diter + out - 1
+            if due >> 31:
+                raise OverflowError(f"iteration {due} does not fit a fin_heap key")
+            self.fin_heap.push(due << 32 | rid)
+        if completed:
+            prefilling.drop(completed)
+        return n_dec, sum_ctx
+
+    def finish_due(self, end: float, diter: int, n_dec: int, sum_ctx: int, done: list[int] | None) -> None:
+        """Rule 4's completions at `end`, the end of iteration `diter`: the decoders due by then
+        finish, their KV blocks and prefix cache entries go back, and a client's list `done` (None:
+        no client) hears of them. Publishes the new n_dec and sum_ctx."""
+        fin_heap = self.fin_heap
+        kv, px = self.kv, self.px
+        while True:
+            x = fin_heap.pop_due(diter)  # a key: due << 32 | rid; -1: none is due
+            if x < 0:
+                break
+            due = x >> 32
+            rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
+            self._finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - self._prompt[rid] - self._output[rid]
+            self.n_finished += 1
+            if kv is not None:
+                self.release(rid, due)
+            elif px is not None:
+                self.unpin(rid)
+            if done is not None:
+                done.append(rid)
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+
+    # -- cached prompt tokens (given, or the prefix cache's: models.engine.prefix) ---------------------------
+    def skip(self, rid: int) -> tuple[int, int, int]:
+        """At admission: (prompt tokens request rid need not compute, the prefix cache's leading blocks
+        it hits, the prompt tokens those hold). A hit covers at most the request's own prompt (a
+        recomputed one's hashes cover its original prompt) less one token, whose logits vLLM
+        recomputes; the given count may cover the whole prompt."""
+        p, given, px = self._prompt[rid], self.cached[rid], self.px
+        hs = self.hashes[rid] if px is not None and self.hashes is not None else None
+        if not hs:
+            return given, 0, 0
+        k = px.lookup(hs)
+        if not k:
+            return given, 0, 0
+        kv = self.kv
+        o = kv.orig.get(rid) if kv is not None and kv.orig else None
+        own = o[0] if o is not None else p
+        tok = min(k * px.block_tokens, own, p - 1)
+        return (given if given > tok else tok), k, tok
+
+    def take_cached(self, rid: int, first: bool, got: int, k: int, tok: int) -> None:
+        """Request rid is admitted skipping `got` prompt tokens: pin the prefix cache's k blocks it
+        uses (their `tok` tokens' KV blocks are the cache's, not its own), count its first admission
+        in the hit rate."""
+        px = self.px
+        if px is not None:
+            if k:  # a request without block hashes (a workload that has none) hits nothing
+                px.acquire(self.hashes[rid], k)
+                self._pinned[rid] = k
+            if first:
+                px.hit_tokens += tok
+                px.prompt_tokens += self._prompt[rid]
+            kv = self.kv
+            if kv is not None and tok >= kv.bs:
+                kv._share[rid] = tok // kv.bs
+        self._skipped[rid] = got
+
+    def unpin(self, rid: int) -> None:
+        """Request rid finished or was preempted: the prefix cache's blocks it pins are unpinned."""
+        k = self._pinned[rid]
+        if k:
+            self._pinned[rid] = 0
+            self.px.release(self.hashes[rid], k)
+
+    def prefill_done(self, rid: int) -> None:
+        """Request rid's prompt is computed: its blocks go into the prefix cache."""
+        self._skipped[rid] = 0
+        px = self.px
+        if px is not None and self.hashes is not None:
+            hs = self.hashes[rid]
+            if hs:
+                px.insert(hs)
+
+    # -- KV-cache blocks (models.engine.kv; only with a pool) -------------------------------------------
+    def release(self, rid: int, due: int) -> None:
+        """A request finished: its blocks go back (a decoder done after iteration `due` last wrote
+        context prompt + output - 1; -1: one done at its first token), and a recomputed request has
+        its own lengths again."""
+        kv = self.kv
+        total = self._prompt[rid] + self._output[rid]
+        if due >= 0:
+            kv._cnt[(due + 1 - total) % kv.bs] -= 1
+        kv.used -= blocks(total - 1, kv.bs) - kv._share[rid]
+        kv._share[rid] = 0
+        if self.px is not None:
+            self.unpin(rid)
+        kv.run_del(rid)
+        o = kv.orig.pop(rid, None) if kv.orig else None
+        if o is not None:
+            self._prompt[rid], self._output[rid] = o
+
+    def make_room(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Before iteration t: the decoders crossing a block boundary take a block each; while they
+        do not fit (or merge buffers took blocks back), preempt the most recently admitted running
+        request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
+        kv = self.kv
+        need = kv._cnt[t % kv.bs] if n_dec else 0
+        if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.engine.kv apply_hold)
+            kv.apply_hold()
+        while kv.used + need > kv.cap and kv.n_running:
+            n_dec, sum_ctx, need = self._preempt(kv.last_running(), t, n_dec, sum_ctx, need)
+        kv.need_now = need
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return n_dec, sum_ctx
+
+    def _preempt(self, rid: int, t: int, n_dec: int, sum_ctx: int, need: int) -> tuple[int, int, int]:
+        """Recompute preemption (vLLM V1): free the request's blocks and put it back at the head of
+        the queue; a decoder with ctx tokens so far comes back as a prompt of ctx tokens (its prefill
+        recomputes them and yields its next token) and wants the rest of its output. With swap
+        (`kv.swap`, vLLM V0's preemption_mode swap) a decoder's context blocks are copied to host
+        memory instead (`kv.copy`: blocks crossing PCIe before the iteration) and it waits in
+        `kv.swapped` (context, iterations left) to be swapped back in (`_swap_in`); a request still in
+        prefill is recomputed either way."""
+        kv, prompt, output = self.kv, self.prompt, self.output
+        kv.run_del(rid)
+        kv.preemptions += 1
+        self.requeued.append(self.now)
+        shared = kv.share[rid]  # blocks the prefix cache holds for it
+        kv.share[rid] = 0
+        if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
+            self.cached[rid] = 0
+            self.skipped[rid] = 0
+            if self.px is not None:
+                self.unpin(rid)
+        if rid in self.prefilling:
+            self.prefilling.remove(rid)
+            kv.used -= blocks(prompt[rid], kv.bs) - shared
+        else:
+            due = self.fin_heap.take(rid) >> 32
+            total = prompt[rid] + output[rid]
+            ctx = total - due + t  # its context at iteration t
+            phase = (due + 1 - total) % kv.bs
+            kv.cnt[phase] -= 1
+            need -= phase == t % kv.bs
+            kv.used -= blocks(ctx - 1, kv.bs) - shared
+            n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
+            if kv.swap:  # its whole context goes to host memory (the cache's copy of shared blocks may go)
+                kv.swapped[rid] = (ctx, due - t)
+                kv.copy += blocks(ctx - 1, kv.bs)
+                return n_dec, sum_ctx, need
+            kv.orig.setdefault(rid, (prompt[rid], output[rid]))
+            prompt[rid], output[rid] = ctx, total - ctx
+        self.waiting.push_front(rid)
+        return n_dec, sum_ctx, need
+
+    def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
+        """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
+        FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
+        too long ever to fit is rejected. Swapped-out decoders that come back change n_dec and
+        sum_ctx: published (`_swap_in`)."""
+        if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
+            n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
+        prefilling, waiting, kv = self.prefilling, self.waiting, self.kv
+        budget0 = self.budget
+        budget = budget0 - n_dec
+        m = take = 0
+        for j in range(prefilling.n):
+            if budget <= 0:
+                break
+            rid = prefilling.at(j)
+            take = self._prompt[rid] - self._prefilled[rid]
+            take = take if take < budget else budget
+            m += 1
+            budget -= take
+        room, start = self.max_seqs - n_dec - prefilling.n, self.start
+        free = kv.cap - kv.used - kv.need_now - kv.wm
+        epoch = self.px.epoch if self.px is not None else 0
+        while waiting.n and budget > 0 and room > 0 and not kv.swapped:
+            rid = waiting.at(0)
+            p = self._prompt[rid]
+            if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
+                got, hit, tok = self._head_skip
+                nb = self._head_nb
+            else:
+                if kv.too_long(p + self._output[rid], p):
+                    waiting.pop_front()
+                    kv.rejected += 1
+                    continue
+                if start:  # the prefix cache's blocks it uses are held once, by the cache
+                    got, hit, tok = self.skip(rid)
+                    nb = blocks(p, kv.bs) - tok // kv.bs
+                else:
+                    got = hit = tok = 0
+                    nb = blocks(p, kv.bs)
+            if nb > free:
+                # (a request waiting keeps its prompt, its cached count and its original: only the cache moves)
+                self._head, self._head_epoch, self._head_skip, self._head_nb = rid, epoch, (got, hit, tok), nb
+                break
+            self._head = -1
+            waiting.pop_front()
+            free -= nb
+            kv.used += nb
+            kv.run_add(rid)
+            first = self._admitted[rid] != self._admitted[rid]  # NaN: first admission (a recomputed one keeps its)
+            if first:
+                self._admitted[rid] = now
+            else:
+                self.resumed.append(now)
+            prefilling.push(rid)
+            if start:
+                self.take_cached(rid, first, got, hit, tok)
+            self._prefilled[rid] = got
+            take = p - got
+            take = take if take < budget else budget
+            m += 1
+            budget -= take
+            room -= 1
+        return m, take, budget0 - n_dec - budget
+
+    def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Before iteration t, after `make_room`: swapped-out decoders come back FCFS while their
+        context's blocks (and the block the iteration may write) fit above the watermark (none kept
+        when nothing else runs), batch and token budget allowing; their blocks cross PCIe in again
+        (`kv.copy`) and they decode in this iteration. Publishes and returns the new (n_dec, sum_ctx)."""
+        kv, prompt, output, bs, sw = self.kv, self.prompt, self.output, self.kv.bs, self.kv.swapped
+        room = min(self.max_seqs - len(self.prefilling), self.budget) - n_dec
+        while sw and room > 0:
+            rid = next(iter(sw))
+            ctx, left = sw[rid]
+            nb, phase = blocks(ctx - 1, bs), (t + left + 1 - prompt[rid] - output[rid]) % bs
+            cross = phase == t % bs
+            keep = kv.wm if n_dec or len(self.prefilling) else 0
+            if kv.used + kv.need_now + nb + cross + keep > kv.cap:
+                break
+            del sw[rid]
+            self.resumed.append(self.now)
+            kv.used += nb
+            kv.need_now += cross
+            kv.cnt[phase] += 1
+            kv.run_add(rid)
+            kv.copy += nb
+            self.fin_heap.push(key(t + left, rid))
+            n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return n_dec, sum_ctx
+
+    def kv_run(self, t: int, n_dec: int) -> int:
+        """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
+        last iteration whose blocks fit (models.engine.kv.KVPool.safe_iters)."""
+        x = self.fin_heap.top()  # a key: due << 32 | rid
+        k = (x >> 32) - t
+        if self.kv is not None:
+            safe = self.kv.safe_iters(t, n_dec)
+            return safe if safe < k else k
+        return k
+
+
+def _book_slow(
+    st: EngineState, k: int, m: int, last: int, now: float, end: float, diter: int, n_dec: int, sum_ctx: int
+):
+    """Rule 4 (first tokens, completions) for k iterations ended at `end` of an engine with a KV
+    pool (which books the iterations' blocks and takes back a finished request's), a prefix cache, a
+    log or a client (which hears of every request finished at `end`, also one-token requests
+    finished by `first_tokens`, and may submit new ones: `add`, which may grow the arrays).
+    Publishes n_dec and sum_ctx."""
+    kv, client = st.kv, st.client
+    if st.log is not None:
+        st.log.append((now, end))
+    if kv is not None:
+        kv.grow(k, diter - k, n_dec)
+    if client is None:
+        if m:
+            n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
+        st.finish_due(end, diter, n_dec, sum_ctx, None)
+        return
+    rids = [st.prefilling.at(j) for j in range(m)]  # (first_tokens takes those whose prefill completes off)
+    if m:
+        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
+    finish = st.finish
+    done = [r for r in rids if finish[r] == end]
+    st.finish_due(end, diter, n_dec, sum_ctx, done)
+    if done:
+        client.finished(st, done, end)
+
+
+def _shared_step(st: EngineState, clock: Clock, work: tuple[float, float, float], t_sim: float, now: float):
+    """One iteration (what is left of it: GPU, host and frontend `work`) as jobs among the others,
+    from the engine's clock `now`, after the blocks swapped out or in cross PCIe (`kv.copy`, before
+    the GPU step, as vLLM V0's cache engine swaps); returns the time it ends."""
+    kv = st.kv
+    copy = kv.copy if kv is not None else 0
+    st.contended += 1 if not copy or clock.gpu_jobs or clock.host_jobs else 0
+    if t_sim != now:  # (only for swap copies: work on the links clears the lookahead bound)
+        yield clock.wait(delay_to(t_sim, now))
+    if copy:
+        kv.copy = 0
+        kv.copied += copy
+        yield from clock.copy(copy)
+    yield from clock.shared(*work, st.seq)
+    return clock.now()
+
+
+def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, g, h, f, sp, seq):
+    """A run cut short at `end`, `done` iterations in: book those (they ran at the old speeds) and
+    run the work left of the next one (models.engine.batching.rest; speeds `sp` if the run was slowed) as
+    shared work; returns the time it ends."""
+    if st.kv is not None:
+        st.kv.grow(done, st.diter, st.n_dec)
+    st.diter += done
+    st.sum_ctx += st.n_dec * done
+    st.contended += done if slowed else 0
+    return (yield from _shared_step(st, clock, rest(e, g, h, f, sp if slowed else FULL3, seq), end, end))
+
+
+IDLE, RUN, SHARED, DONE = 0, 1, 2, 3  # what `Steps.advance` hands `serve` to do before it is called again
+
+
+class Steps:
+    """`serve`'s registers between two of the simulator's events: the step in hand (k iterations
+    ending at `end`, its m prefill chunks, the last taking `last` tokens: `EngineState.admit`;
+    `slowed`: run below full speed), the simulator's clock `t_sim`, what an interrupted step needs
+    (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the next instant a tape
+    is consulted (`mark`: models.engine.tape; inf: off tape).
+    `advance` runs steps until one needs the simulator; with the compiled core (serving.pxd) it runs
+    in C, called once per SimPy event rather than once per step."""
+
+    __slots__ = ("st", "clock", "bound", "ff", "k", "end", "m", "last", "slowed", "t_sim", "sp", "delay")
+    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark")
+
+    def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
+        self.st, self.clock, self.bound, self.ff = st, clock, bound, ff
+        self.k, self.end, self.m, self.last, self.slowed, self.t_sim, self.sp = 0, st.now, 0, 0, False, st.now, FULL3
+        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = 0.0
+        self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
+        self.tape, self.mark = st.tape, -INF if st.tape else INF
+
+    def advance(self) -> int:
+        """Book the step in hand and run the next ones until one needs the simulator: DONE (all served), IDLE
+        or RUN (wait `delay`; RUN interruptibly), SHARED (run g0, h, f as jobs on the links). Publishes `st`."""
+        st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
+        k, end, m, last, slowed, t_sim = self.k, self.end, self.m, self.last, self.slowed, self.t_sim
+        g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
+        t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
+        seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
+        waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
+        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
+        until = bound.until  # (only SimPy events move it: constant while this runs)
+        n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
+        while True:
+            if k:  # book the step in hand: k iterations ended at `end` (rule 4)
+                diter, sum_ctx = diter + k, sum_ctx + n_dec * k
+                st.contended += k if slowed else 0
+                if slow:  # a KV pool, a prefix cache, a log or a client books it
+                    t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
+                    _book_slow(st, k, m, last, now, end, diter, n_dec, sum_ctx)
+                    n, t_arr = st.n, st._t_arr
+                else:
+                    if m:
+                        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
+                    st.finish_due(end, diter, n_dec, sum_ctx, None)
+                n_dec, sum_ctx = st.n_dec, st.sum_ctx
+            now = end
+            while i < n and t_arr[i] <= now:  # rule 1
+                waiting.push(i)
+                i += 1
+            st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
+            if now >= mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
+                mark = tape.mark(st, until, gpu_jobs or host_jobs)
+                now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
+            if not n_dec and not prefilling.n and not waiting.n and (kv is None or not kv.swapped):  # idle (rule 1)
+                if i >= n and gate.until == INF:
+                    return DONE
+                k, end = 0, now + (span := _next_at(st, i) - now)
+                if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
+                    i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
+                    continue
+                if end >= until:
+                    what = IDLE
+                    break
+                continue
+            if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
+                n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
+            if prefilling.n or waiting.n or kv is not None and kv.swapped:  # rules 2 and 3
+                m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
+                n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
+                g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
+            else:
+                m, g0 = 0, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
+            if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
+                g0, h, f = st.step_work(m, last, n_dec, g0)
+            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
+            if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
+                rg, rh, rf = sp = clock.speeds()
+                if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
+                    what = SHARED
+                    break
+                vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
+                sg, sdg, sh, slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
+            if extra:  # what the closed forms take (g0, h) for the generation
+                sg, sh = compose(sg, sh, f / vf if slowed else f, seq)
+            k, span = 1, (sh if sh > sg else sg)
+            if ff and n_dec and not m:
+                k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
+                span = run_time(k, sg, sdg, sh)
+                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
+                    # stop for an arrival it could admit, or before the iteration in flight when a router looks
+                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
+            end = now + span
+            if end >= until:
+                what = RUN
+                break
+        self.k, self.end, self.m, self.last, self.slowed, self.mark = k, end, m, last, slowed, mark
+        self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg = g0, h, f, sg, sdg, sh, dg
+        if what != SHARED:
+            self.delay = span if t_sim == now else delay_to(t_sim, end)
+        return what
+
+
+def _next_at(st: EngineState, i: int) -> float:
+    """When an engine whose next request is i next has one to take: i's arrival, or else a client's
+    next request (inf: none). (A function, not `x if c else y` inline: the compiled core keeps it a C
+    double, where the inline expression would mix a C double and a Python float.)"""
+    if i < st.n:
+        return st._t_arr[i]
+    return st.gate.until
+
+
+def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
+    """Serve `st`'s requests on `clock`, publishing `st` at every step, until all are done (module
+    docstring): the simulator's side of `Steps.advance`, which books every step that needs no event."""
+    run = Steps(st, clock, bound, ff)
+    wait, Cut = clock.wait, clock.Cut
+    while True:
+        what = run.advance()
+        if what == RUN:
+            clock.interruptible = True
+            try:
+                yield wait(run.delay)
+                clock.interruptible = False
+            except Cut:  # the jobs on our links changed: what is left of the iteration is shared work
+                end, now, k = clock.now(), st.now, run.k
+                done, e = split(end - now, run.sg, run.sdg, run.sh, k)  # the iterations done ran at the old speeds
+                if done < k:
+                    g = run.g0 + done * run.dg
+                    end = yield from _cut(st, clock, done, run.slowed, end, e, g, run.h, run.f, run.sp, st.seq)
+                    run.k, run.slowed = 1, False
+                run.end = end
+            run.t_sim = run.end
+        elif what == IDLE:
+            yield wait(run.delay)
+            run.t_sim = run.end
+        elif what == SHARED:
+            run.end = run.t_sim = yield from _shared_step(st, clock, (run.g0, run.h, run.f), run.t_sim, st.now)
+            run.k = 1
+        else:
+            return

@@ -1,0 +1,1 @@
+"""The network's plain arithmetic: fair shares of links."""

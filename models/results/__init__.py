@@ -1,0 +1,1 @@
+"""What a run produces: the per-request table, the summary and the invariants."""

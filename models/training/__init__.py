@@ -1,0 +1,1 @@
+"""Training: progress, the interference of merge work, the host's cores."""

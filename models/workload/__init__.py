@@ -1,0 +1,1 @@
+"""Workloads: arrival processes and token lengths, traces, closed-loop clients."""
