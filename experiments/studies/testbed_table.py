@@ -38,7 +38,7 @@ FIG_NAMES = {
     "high_low_ratio": "high/low",
 }
 NOTES = {  # runs the profile's per-model iteration law does not cover, and why
-    "vllm-1p5b-medium": "not covered: the two-level model cannot explain it (paper_testbed.md 6.3)",
+    "vllm-1p5b-medium": "not covered: the two-level model cannot explain it (docs/sources.md, testbed 6)",
     "vllm-1p5b-highcon": "out of sample: the 1.5B law is fitted on the mixed targeted runs; long prompts",
 }
 
