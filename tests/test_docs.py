@@ -89,6 +89,32 @@ def test_every_scenario_and_sweep_field_has_a_meaning_a_source_and_a_unit_where_
                 assert unit, f"{where}: a number needs its unit ('Unit: ...')"
 
 
+# What a field's source may name besides a section of docs/sources.md: nothing outside the repository.
+LOCAL_SOURCES = (
+    "assumption",
+    "project choice",
+    "a scheduling choice",
+    "the scenario",
+    "the sweep",
+    "the policy",
+    "the router",
+    "the simulator's design",
+    "the profile's own data",
+    "docs/",
+)
+
+
+def test_every_source_is_a_section_of_sources_md_or_says_it_has_none():
+    sections = re.findall(r"^## (.+)$", (DOCS / "sources.md").read_text(encoding="utf-8"), flags=re.M)
+    known = tuple(h.lower() for h in sections) + LOCAL_SOURCES
+    assert "design card" in known and "h200 calibration" in known
+    for m in _described_models():
+        for name, f in m.model_fields.items():
+            source = reference.split_description(f.description)[2]
+            if not f.exclude:
+                assert source.lower().startswith(known), f"{m.__name__}.{name}: source {source!r} is not in sources.md"
+
+
 def test_the_description_convention_is_read_back():
     assert reference.split_description("NIC bandwidth. Unit: Gb/s. Source: design card.") == (
         "NIC bandwidth.",

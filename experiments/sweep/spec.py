@@ -62,20 +62,20 @@ class PolicySpec(Strict):
     references: list[str] | None = Field(
         None,
         min_length=1,
-        description="Labels of the arms a matched control follows (spends their merge budget). Source: the "
-        "calibration protocol.",
+        description="Labels of the arms a matched control follows (spends their merge budget). Source: design card "
+        "(the protocol).",
     )
     draws: int = Field(
         1,
         ge=1,
         le=100_000,
-        description="Runs per seed; for a matched control, R, the draws of its envelope. Unit: runs. Source: the "
-        "calibration protocol.",
+        description="Runs per seed; for a matched control, R, the draws of its envelope. Unit: runs. Source: "
+        "design card (the protocol).",
     )
     role: Literal["policy", "control"] | None = Field(
         None,
         description="control: a randomised comparator (the default for matched_random); policy: evaluated. Source: "
-        "the calibration protocol.",
+        "design card (the protocol).",
     )
     regimes: list[str] | None = Field(
         None, min_length=1, description="Run only in these regimes (names); null: all. Source: the sweep."
@@ -86,13 +86,19 @@ class BootstrapSpec(Strict):
     """The bootstrap confidence interval every mean carries (scipy.stats.bootstrap)."""
 
     n_resamples: int = Field(
-        9999, ge=10, le=10_000_000, description="Bootstrap resamples. Unit: resamples. Source: scipy's default."
+        9999,
+        ge=10,
+        le=10_000_000,
+        description="Bootstrap resamples. Unit: resamples. Source: statistics (scipy's default).",
     )
     confidence: float = Field(
-        0.95, gt=0, lt=1, description="Confidence level of the intervals. Unit: fraction. Source: scipy's default."
+        0.95,
+        gt=0,
+        lt=1,
+        description="Confidence level of the intervals. Unit: fraction. Source: statistics (scipy's default).",
     )
     method: Literal["BCa", "percentile", "basic"] = Field(
-        "BCa", description="Interval method (case-insensitive). Source: scipy's default."
+        "BCa", description="Interval method (case-insensitive). Source: statistics (scipy's default)."
     )
     seed: int = Field(0, ge=0, description="Seed of the bootstrap's resampling streams. Source: project choice.")
 
@@ -114,7 +120,7 @@ class GateSpec(Strict):
         gt=0,
         lt=1,
         description="Family-wise level of the placement tests after Holm correction. Unit: probability. Source: "
-        "convention.",
+        "statistics (the conventional level).",
     )
     min_p95_ratio: float = Field(
         1.05,
@@ -125,8 +131,8 @@ class GateSpec(Strict):
     transfer: Literal["matched", "overlap"] = Field(
         "matched",
         description="matched: requests overlapping a merge vs the same requests under no_sync (common random "
-        "numbers); overlap: overlapping vs non-overlapping requests of the same run. Source: the calibration "
-        "protocol.",
+        "numbers); overlap: overlapping vs non-overlapping requests of the same run. Source: design card "
+        "(the protocol).",
     )
     envelope: tuple[float, float] = Field(
         (2.5, 97.5),
@@ -185,8 +191,10 @@ class SweepSpec(Strict):
     overrides: dict[str, Any] = Field(
         {}, description="Dotted scenario fields for every regime (a regime's own overrides win). Source: the sweep."
     )
-    bootstrap: BootstrapSpec = Field(BootstrapSpec(), description="The bootstrap intervals. Source: scipy's defaults.")
-    gate: GateSpec = Field(GateSpec(), description="The claim gate. Source: the calibration protocol.")
+    bootstrap: BootstrapSpec = Field(
+        BootstrapSpec(), description="The bootstrap intervals. Source: statistics (scipy's defaults)."
+    )
+    gate: GateSpec = Field(GateSpec(), description="The claim gate. Source: design card (the protocol).")
     timeline_seed: int | None = Field(
         None, ge=0, description="The seed whose timelines are stored for the timeline figure. Source: the sweep."
     )

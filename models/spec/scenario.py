@@ -287,7 +287,7 @@ class EngineConfig(Strict):
         le=10_000_000_000,
         description="Prefix cache of each sidecar: an LRU of whole 512-token blocks keyed by the requests' block "
         "hashes; hits skip prefill. With a KV pool its blocks are reserved out of it. null or 0: off. Unit: "
-        "tokens. Source: Mooncake trace README (512-token blocks).",
+        "tokens. Source: traces (the Mooncake trace's 512-token blocks).",
     )
     preemption: Literal["recompute", "swap"] = Field(
         "recompute",
@@ -505,7 +505,7 @@ class InterferenceConfig(Strict):
         gt=0,
         description="An inner training step on a GPU serving shares (fleet.gpu_sharing timeslice or mps); null: "
         "gpu_outer's fit. The testbed's matmul co-tenant fits 0.55-1.27. Unit: weight. Source: H200 calibration "
-        "(outer row); the paper's testbed (section 6) for the alternative.",
+        "(outer row); the paper's testbed (6) for the alternative.",
     )
     gpu_stage_weight: float | None = Field(
         None,
@@ -661,7 +661,7 @@ class CotenantConfig(Strict):
     profile_entry: str | None = Field(
         None,
         description="A co-tenant of engine.profile whose weight is fitted from its runs (matmul_6144x20: 0.551). "
-        "Source: the paper's testbed (section 6).",
+        "Source: the paper's testbed (6).",
     )
     sidecars: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="Sidecar indices it runs beside; null: all. Source: the scenario."
@@ -792,7 +792,8 @@ class Scenario(Strict):
         600.0,
         gt=0,
         le=7 * 86400,
-        description="Requests arrive and training runs for this long. Unit: s. Source: the paper (10-minute windows).",
+        description="Requests arrive and training runs for this long. Unit: s. Source: the paper's testbed "
+        "(2.5: 600-s runs).",
     )
     drain_s: float = Field(
         120.0,
@@ -828,12 +829,12 @@ class Scenario(Strict):
     disagg: DisaggConfig | None = Field(
         None,
         description="Disaggregated prefill/decode; null: every sidecar prefills and decodes its own requests. "
-        "Source: DistServe, Splitwise, Mooncake (the mechanism).",
+        "Source: serving systems (DistServe, Splitwise, Mooncake: the mechanism).",
     )
     remote_kv: RemoteKVConfig | None = Field(
         None,
-        description="The sidecars' prefix caches as one pool; null: a sidecar reads only its own. Source: Mooncake, "
-        "LMCache (the mechanism).",
+        description="The sidecars' prefix caches as one pool; null: a sidecar reads only its own. Source: "
+        "serving systems (Mooncake, LMCache: the mechanism).",
     )
     base_dir: str = Field(
         ".",
