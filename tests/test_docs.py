@@ -172,6 +172,34 @@ def test_readme_commands_parse_and_name_files_that_exist():
         assert cmd.split()[1] in _subcommands(), f"README names `{cmd}`, which the CLI does not have"
 
 
+def _has_field(path: str) -> bool:
+    """Whether a dotted scenario path names a field (workload.* in any registered kind's parameters)."""
+    from wadiloco.models.spec.scenario import Scenario
+    from wadiloco.models.workload.kinds import WORKLOADS
+
+    head, _, rest = path.partition(".")
+    if head == "workload":
+        return rest == "kind" or any(rest in k.params.model_fields for k in WORKLOADS.values())
+    model = Scenario
+    for part in path.split("."):
+        f = model.model_fields.get(part) if model is not None else None
+        if f is None:
+            return False
+        subs = reference.models_in(f.annotation)
+        model = subs[0] if subs else None
+    return True
+
+
+def test_readme_names_only_fields_that_exist():
+    named = re.findall(
+        r"`((?:fleet|engine|merge|training|slo|workload|policy|router|monitor)\.[a-z_.]+)`", README.read_text()
+    )
+    assert len(named) > 20
+    missing = [p for p in named if not _has_field(p)]
+    assert not missing, f"README names fields the schema does not have: {missing}"
+    assert not _has_field("fleet.no_such_field") and not _has_field("workload.no_such_param")
+
+
 def test_readme_example_fleet_is_a_valid_scenario(tmp_path):
     from wadiloco.models.spec.load import load_scenario
 
