@@ -229,14 +229,19 @@ def registry(title: str, intro: str, prefix: str, entries: list[tuple[str, str, 
     return out
 
 
+def _ours(obj: type) -> bool:
+    return obj.__module__.startswith("wadiloco.")
+
+
 def plugin_sections() -> list[str]:
     from wadiloco.models.policies import POLICIES
     from wadiloco.models.routers import ROUTERS
     from wadiloco.models.workload.kinds import WORKLOADS
 
-    kinds = [(n, WORKLOADS[n].doc.split("\n\n")[0], WORKLOADS[n].params) for n in sorted(WORKLOADS)]
-    pols = [(n, POLICIES[n].summary, POLICIES[n].Params) for n in sorted(POLICIES)]
-    routers = [(n, ROUTERS[n].summary, ROUTERS[n].Params) for n in sorted(ROUTERS)]
+    # The project's own registrations only: a plugin or a test may have registered more in this process.
+    kinds = [(n, k.doc.split("\n\n")[0], k.params) for n, k in sorted(WORKLOADS.items()) if _ours(k.params)]
+    pols = [(n, c.summary, c.Params) for n, c in sorted(POLICIES.items()) if _ours(c)]
+    routers = [(n, c.summary, c.Params) for n, c in sorted(ROUTERS.items()) if _ours(c)]
     return [
         *registry(
             "Workload kinds (`workload.kind`)",

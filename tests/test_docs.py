@@ -43,6 +43,22 @@ def test_reference_pages_are_current():
     assert not stale, f"stale reference page(s) {stale}: regenerate with `{reference.COMMAND}`"
 
 
+def test_reference_pages_ignore_registrations_from_outside_the_project():
+    from pydantic import BaseModel
+
+    from wadiloco.models.workload import kinds
+
+    class Params(BaseModel):
+        kind: str = "docs_probe"
+
+    before = reference.scenario_page()
+    kinds._register(kinds.WorkloadKind("docs_probe", Params, lambda p, ctx: [], "A test's kind."))
+    try:
+        assert reference.scenario_page() == before
+    finally:
+        del kinds.WORKLOADS["docs_probe"]
+
+
 def test_a_stale_reference_page_is_named(tmp_path):
     assert reference.main(["--out", str(tmp_path)]) == 0
     assert reference.stale(tmp_path) == []
