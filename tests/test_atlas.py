@@ -1,5 +1,5 @@
 """The mechanism atlas (issue 15 item 5): experiments/atlas.yaml's layout, and a quick variant of it
-(one cell and its control, 24-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --readme`."""
+(one cell and its control, 24-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --doc`."""
 
 from __future__ import annotations
 
@@ -75,17 +75,19 @@ def _quick(tmp_path: Path) -> Path:
     return path
 
 
-def test_quick_atlas_writes_the_readme_section(tmp_path):
+def test_quick_atlas_writes_its_doc_page_section(tmp_path):
     sweep, keep = _quick(tmp_path), QUICK
     out = tmp_path / "out"
     oc = execute_plan(load_sweep(sweep), out, workers=1, progress=False)  # no report: the table needs none
     assert oc.errors == 0 and oc.ran == 16
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{at.START}\nstale table\n{at.END}\n\nafter\n", encoding="utf-8")
-    assert at.main([str(out), "--readme", str(readme)]) == 0
-    text = readme.read_text(encoding="utf-8")
+    page = tmp_path / "docs" / "atlas.md"
+    page.parent.mkdir()
+    page.write_text(f"# x\n\n{at.START}\nstale table\n{at.END}\n\nafter\n", encoding="utf-8")
+    assert at.main([str(out), "--doc", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
     assert "stale table" not in text and text.endswith(f"{at.END}\n\nafter\n")
-    assert "## When is a merge safe?" in text and "16 runs: 2 seeds, 24 s windows" in text and "![the atlas" in text
+    assert "## When is a merge safe?" in text and "16 runs: 2 seeds, 24 s windows" in text
+    assert "![the atlas: sync-excess and placement gain per cell](atlas.png)" in text  # beside the page
     assert (tmp_path / "docs" / "atlas.png").read_bytes()[:4] == b"\x89PNG"
     assert "**v1**:" in text and "unlimited: [host]" in text
     cells = {r["name"]: r for r in at.cells(out)}

@@ -5,7 +5,7 @@
   default suite and as shipped under the `slow` marker; its output's structure and the content that
   holds at any size are checked (every run ok, loads matched, no-sync's sync-excess exactly 0, matched
   budgets, sync-excess recomputed from raw rates, a verdict per arm), no figure: too few seeds.
-- The table renderer on a tiny synthetic summary.csv, and the README marker replacement.
+- The table renderer on a tiny synthetic summary.csv, and the doc page's marker replacement.
 """
 
 from __future__ import annotations
@@ -359,21 +359,21 @@ def test_smallest_p_value_is_stated_when_no_claim_is_possible(synthetic):
     assert "with 1 seeds and R = 5 the smallest possible placement p-value is (R + 1)^-1 = 0.1667" in text
 
 
-def test_readme_markers_replaced_and_idempotent(synthetic, tmp_path, capsys):
-    readme = tmp_path / "README.md"
+def test_doc_page_markers_replaced_and_idempotent(synthetic, tmp_path, capsys):
+    page = tmp_path / "paper_study.md"
     before, after = "# Title\n\nintro\n\n", "\n\n## Next\n\ntext\n"
-    readme.write_text(before + paper_table.START + "\nold table\n" + paper_table.END + after)
-    assert paper_table.main([str(synthetic), "--readme", str(readme)]) == 0
+    page.write_text(before + paper_table.START + "\nold table\n" + paper_table.END + after)
+    assert paper_table.main([str(synthetic), "--doc", str(page)]) == 0
     printed = capsys.readouterr().out
-    once = readme.read_text()
+    once = page.read_text()
     assert once.startswith(before + paper_table.START + "\n") and once.endswith(paper_table.END + after)
     assert "old table" not in once and printed.strip() in once
-    assert paper_table.main([str(synthetic), "--readme", str(readme)]) == 0
-    assert readme.read_text() == once
+    assert paper_table.main([str(synthetic), "--doc", str(page)]) == 0
+    assert page.read_text() == once
 
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers here\n")
-    assert paper_table.main([str(synthetic), "--readme", str(plain)]) == 2
+    assert paper_table.main([str(synthetic), "--doc", str(plain)]) == 2
     assert plain.read_text() == "no markers here\n"
     assert "markers" in capsys.readouterr().err
     assert paper_table.main([str(tmp_path / "nowhere")]) == 2

@@ -98,12 +98,12 @@ def test_json_has_exactly_the_issues_shape(monkeypatch, capsys):
             assert set(c) == {"slo_pct", "slo_ci", "sync_excess_pct"} and len(c["slo_ci"]) == 2
 
 
-def test_readme_markers_are_replaced_and_nothing_else(tmp_path, monkeypatch):
+def test_doc_page_markers_are_replaced_and_nothing_else(tmp_path, monkeypatch):
     monkeypatch.setattr(tp, "load_runs", lambda _d: _runs())
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{tt.START}\nold\n{tt.END}\nafter\n")
-    assert tt.main([str(tmp_path), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    page = tmp_path / "testbed.md"
+    page.write_text(f"intro\n{tt.START}\nold\n{tt.END}\nafter\n")
+    assert tt.main([str(tmp_path), "--doc", str(page)]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith(f"{tt.END}\nafter\n") and "old" not in text
     assert "wa_diloco" in text
 
