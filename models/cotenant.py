@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from wadiloco.models.engine.profiles import ProfileSpec, packaged_profiles, profile_path
+from wadiloco.models.engine.profiles import load_profile, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.scenario import (
     BurstyTimetable,
@@ -31,7 +30,6 @@ from wadiloco.models.spec.scenario import (
     UnionTimetable,
     WindowsTimetable,
 )
-from wadiloco.models.spec.schema import read_yaml, validate
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
 
@@ -186,41 +184,8 @@ def _windows(spec: WindowsTimetable, horizon: float, base_dir: str, file: object
 # ---- the co-tenant's weight from an engine profile ---------------------------------------------------
 
 
-def resolve_profile(name: str, base_dir: str, file: object) -> Path:
-    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
-        p = Path(base_dir) / p
-    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
-    if path is None:
-        known = ", ".join(packaged_profiles())
-        msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
-        raise InputError(file, "engine.profile", msg)
-    return path
-
-
 def profile_weight(sc: Scenario, entry: str, file: object) -> float:
+    """Co-tenant `entry` of the scenario's engine profile (models.engine.profiles: its one fit)."""
     if sc.engine.profile is None:
         raise InputError(file, "engine.profile", "cotenant.profile_entry needs an engine profile: set engine.profile")
-    return _entry_weight(str(resolve_profile(sc.engine.profile, sc.base_dir, file)), entry, str(file))
-
-
-@lru_cache(maxsize=32)
-def _entry_weight(path: str, entry: str, file: str) -> float:
-    """One co-tenant entry of a profile, fitted as models.engine.profiles.fit_profile fits it (the mean of
-    L_s / L_u - 1 over its runs) without fitting the rest of the profile (its `both` runs take ~10 s)."""
-    from wadiloco.models.testbed import fit
-
-    spec = validate(ProfileSpec, read_yaml(path), path)
-    if entry not in spec.cotenants:
-        known = ", ".join(sorted(spec.cotenants)) or "none"
-        msg = f"profile {spec.name!r} has no co-tenant {entry!r}; known: {known}"
-        raise InputError(file, "cotenant.profile_entry", msg)
-    if spec.measurements != fit.STAGE10:
-        raise InputError(path, "measurements", f"only the Stage 10 format is fitted so far ({fit.STAGE10})")
-    known_runs = {r["name"] for r in fit.stage10()["runs"]}
-    runs = spec.cotenants[entry].runs
-    for run in runs:
-        if run not in known_runs:
-            raise InputError(path, f"cotenants.{entry}.runs", f"no run {run!r} in {spec.measurements}")
-    return sum(fit.fit_run(r).weight for r in runs) / len(runs)
+    return load_profile(resolve_profile(sc.engine.profile, sc.base_dir, file)).cotenant(entry, file)

@@ -10,7 +10,6 @@ import os
 
 import numpy as np
 
-from wadiloco.models.cotenant import resolve_profile
 from wadiloco.models.engine._fast import (  # compiled with the serving core, or pure (models/engine/_fast/__init__.py)
     KVPool,
     PrefixCache,
@@ -20,7 +19,7 @@ from wadiloco.models.engine.capacity import sidecar_capacity_rps
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import LatencyModel, default_latency
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS, shared_prefix_hashes
-from wadiloco.models.engine.profiles import ModelFit, model_fit
+from wadiloco.models.engine.profiles import ModelFit, load_profile, resolve_profile
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
 from wadiloco.models.rng import stream
 from wadiloco.models.spec.load import Resolved
@@ -164,7 +163,7 @@ def profile_model(sc: Scenario) -> ModelFit | None:
     e = sc.engine
     if e.model is None:
         return None
-    return model_fit(str(resolve_profile(e.profile, sc.base_dir, sc.source)), e.model)
+    return load_profile(resolve_profile(e.profile, sc.base_dir, sc.source)).model(e.model, sc.source)
 
 
 def engine_latency(sc: Scenario, given: LatencyModel | None) -> LatencyModel:

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan, resolve_profile
-from wadiloco.models.engine.profiles import check_model
+from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
+from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import Params, Policy, parse_policy
 from wadiloco.models.spec.scenario import (
@@ -122,8 +122,7 @@ def resolve(
     workload = parse_workload(sc.workload, file, sc.base_dir)
     if sc.engine.profile is not None:  # the file and model now; the fit when a run needs it
         path = resolve_profile(sc.engine.profile, sc.base_dir, file)
-        if sc.engine.model is not None:
-            check_model(path, sc.engine.model, file)
+        check_refs(path, sc.engine.model, None, file)
     cls, p = check_policy(sc, *policy_choice(sc, policy, params), file, where)
     return Resolved(sc, workload, cls, p, cotenant_plan(sc, file), label_plan(sc, file))
 
