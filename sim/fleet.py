@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import simpy
 
-from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.engine.tape import Recorder, Replay, Tape
 from wadiloco.models.policies.base import WhatIf
 from wadiloco.models.policies.planned import PlannedSteps
 from wadiloco.models.results import invariants as inv
 from wadiloco.models.results.metrics import add_labels, censored_e2e, request_table, summarize, testbed_figures
-from wadiloco.models.spec.load import Resolved, resolve
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.spec.resolve import resolve
+from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.training.progress import ProgressModel
 from wadiloco.models.workload.clients import load_hash
 from wadiloco.models.workload.kinds import Arrivals, arrivals_hash
@@ -33,8 +32,6 @@ from wadiloco.sim.build import (
     check_clients,
     checks_on,
     client_column,
-    engine_host_s,
-    engine_latency,
     kv_summary,
     make_arrivals,
     make_clients,
@@ -48,7 +45,7 @@ from wadiloco.sim.disagg import make_disagg
 from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.kvstore import make_remote_kv
 from wadiloco.sim.lookahead import LookaheadBound
-from wadiloco.sim.merge import MergeExecutor, resolve_weights
+from wadiloco.sim.merge import MergeExecutor
 from wadiloco.sim.monitor import Monitor
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.routing import make_router
@@ -69,15 +66,18 @@ class RunResult:
     scenario_digest: str = ""  # Scenario.digest() of what ran
     policy_params: dict[str, Any] = field(default_factory=dict)  # the policy's params, defaults filled in
     cotenant_windows: list[tuple[float, float]] = field(default_factory=list, repr=False)  # (on, off) as run
+    # where merges act through a co-tenant's window after each merge (a `merges` timetable: the testbed
+    # twin), each merge's window (models.cotenant CotenantPlan.merge_window); None otherwise
+    merge_windows: list[tuple[float, float]] | None = field(default=None, repr=False)
 
 
 class Fleet:
     """The parts of one run, wired: resources, sidecars, policy, merge executor, trainer, monitor
-    and lookahead bound. Built from a `Resolved` scenario as it is; `run()` once."""
+    and lookahead bound. Built from a run's spec (models.spec.run.RunSpec) as it is; `run()` once."""
 
     def __init__(
         self,
-        r: Resolved,
+        spec: RunSpec,
         seed: int,
         *,
         draw: int = 0,
@@ -85,46 +85,45 @@ class Fleet:
         reference_steps: int | None = None,
         check: bool | None = None,
         arrivals: list[Arrivals] | None = None,
-        latency: LatencyModel | None = None,
+        latency=None,
         lookahead: bool = True,
         plan_ahead: bool = True,
     ):
-        """`arrivals` replaces the workload (metamorphic tests); `lookahead=False`: same results, slower;
-        `plan_ahead=False`: ask even a planned policy (Policy.next_merge) at every step, with an Observation."""
-        self.r = r
-        self.sc = sc = r.scenario
+        """`arrivals` replaces the workload and `latency` the GPU step's law (metamorphic tests);
+        `lookahead=False`: same results, slower; `plan_ahead=False`: ask even a planned policy
+        (Policy.next_merge) at every step, with an Observation."""
+        self.spec = spec = spec if latency is None else spec.with_latency(latency)
         self.seed, self.draw = int(seed), draw
-        self.check = checks_on(sc, check)
+        self.check = checks_on(spec.monitor.check_invariants, check)
         self.env = env = simpy.Environment()
-        self.lat = engine_latency(sc, latency)
-        w = resolve_weights(sc)
-        self.host_s = engine_host_s(sc, w)
-        self.arrivals, self.capacity_rps = make_arrivals(r, self.seed, self.lat, self.host_s, arrivals)
-        self.clients = make_clients(r, self.seed) if arrivals is None else None
-        self.res = Resources(env, sc, self.check, self.seed)
-        self.bound = bound = LookaheadBound(sc.horizon_s + sc.drain_s, lookahead)
-        self.gpushare = gs = GpuShare(sc, w, self.res.hosts)
+        self.arrivals, self.capacity_rps = make_arrivals(spec, self.seed, arrivals)
+        self.clients = make_clients(spec, self.seed) if arrivals is None else None
+        self.res = Resources(env, spec.fleet, self.check, self.seed)
+        self.bound = bound = LookaheadBound(spec.end_s, lookahead)
+        self.gpushare = gs = GpuShare(spec.fleet, spec.merge.weights, self.res.hosts)
         self.sidecars = self._make_sidecars(bound)
-        self.router = make_router(sc, self.seed, env, self.sidecars, self.arrivals, bound, self.clients)
-        t = sc.training
-        self.progress = ProgressModel(t.params, t.tokens_per_step, sc.fleet.islands, t.initial_loss_tokens)
-        self._given = {"arrivals": arrivals, "latency": latency, "lookahead": lookahead, "plan_ahead": plan_ahead}
+        self.router = make_router(spec.router, self.seed, env, self.sidecars, self.arrivals, bound)
+        t = spec.training
+        self.progress = ProgressModel(t.params, t.tokens_per_step, t.islands, t.initial_loss_tokens)
+        self._given = {"arrivals": arrivals, "lookahead": lookahead, "plan_ahead": plan_ahead}
         self._what_if_tapes: list[Tape | None] | None = None
-        self.policy = make_policy(r, self.seed, draw, reference_merges, reference_steps, self.arrivals, self.what_if)
+        self.policy = make_policy(
+            spec.policy, self.seed, draw, reference_merges, reference_steps, self.arrivals, self.what_if
+        )
         # a policy that answers from the step count alone is asked without an Observation (`decide`)
         self.planned = plan_ahead and self.policy.next_merge(0, 0) is not None
         self._recorders: list[Recorder] = []  # share(None): the engines' busy periods, as they run
-        self.merge = MergeExecutor(env, sc, w, self.res, bound.changed, gs)
+        self.merge = MergeExecutor(env, spec.merge, spec.fleet, self.res, bound.changed, gs)
         self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
         for f in self.res.fabrics:  # while merge work is on the links, its next completion bounds the engines
             f.timer_moved = self.merge.timer_moved
-        ct = r.cotenant
+        ct = spec.cotenant
         gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
         self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None
         self.trainer = self._make_trainer(bound, gs)
         self.monitor = Monitor(
             env,
-            sc,
+            spec.monitor,
             self.sidecars,
             self.res,
             self.trainer.view,
@@ -140,7 +139,7 @@ class Fleet:
             bound.watch(self.cotenant.next_switch_at)
         if gs.active:  # islands stopping at the horizon release the GPU and their threads
             bound.watch(self.trainer.next_stop_at)
-        if sc.fleet.host_cores is not None:
+        if spec.fleet.host_cores is not None:
             for hr in self.res.hosts:
                 hr.cpu.bound_changed = bound.changed
             bound.watch(self.res.next_preemption_at)
@@ -152,8 +151,8 @@ class Fleet:
     def what_if(self, steps) -> WhatIf:
         """This run (scenario, seed, draw, and whatever arrivals or latency model it was given) with
         merges at exactly `steps`, simulated in full on a fleet of its own: an oracle's question."""
-        r = replace(self.r, policy=PlannedSteps, params=PlannedSteps.Params(steps=tuple(int(k) for k in steps)))
-        fleet = Fleet(r, self.seed, draw=self.draw, check=self.check, **self._given)
+        spec = self.spec.with_planned(PlannedSteps, PlannedSteps.Params(steps=tuple(int(k) for k in steps)))
+        fleet = Fleet(spec, self.seed, draw=self.draw, check=self.check, **self._given)
         if fleet.shareable():  # the busy periods every what-if shares with the first (models.engine.tape): same results
             fleet.share(self._what_if_tapes)
         res = fleet.run()
@@ -171,20 +170,17 @@ class Fleet:
     def _make_trainer(self, bound: LookaheadBound, gs: GpuShare) -> Trainer:
         """The islands: they ask the policy (`decide`; a planned one only about its next merge), run
         merge phases, and bank merges (a `merges` co-tenant also opens a window then)."""
-        sc, ct = self.sc, self.r.cotenant
+        t, ct = self.spec.training, self.spec.cotenant
         merged = self._merged if ct is not None and ct.timetable.merge_window_s is not None else None
         return Trainer(
             self.env,
-            sc.training,
-            sc.fleet.islands,
-            sc.horizon_s,
+            t,
             self.seed,
             decide=self.decide,
             run_phase=self.merge.run_phase,
             bound_changed=bound.changed,
             merged=merged or self.progress.record_merge,
-            phases=sc.merge.phases,
-            stream_round=self._stream_round if sc.merge.fragments > 1 else None,
+            stream_round=self._stream_round if t.streaming else None,
             computing=gs.computing if gs.active else None,
             plan=self.policy.next_merge if self.planned else None,
         )
@@ -227,17 +223,17 @@ class Fleet:
         """The engines: one per sidecar, or engines fed from outside (`self.fed`, None otherwise): the
         prefill and decode ones of `disagg:` (sim.disagg), or those whose caches pool (`remote_kv:`,
         sim.kvstore)."""
-        env, sc, lat, hs = self.env, self.sc, self.lat, self.host_s
-        self.fed = make_disagg(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
+        env, spec = self.env, self.spec
+        self.fed = make_disagg(env, spec, self.arrivals, self.res, bound)
         if self.fed is None:
-            self.fed = make_remote_kv(env, sc, self.arrivals, lat, hs, self.res, bound, self.clients)
+            self.fed = make_remote_kv(env, spec, self.arrivals, self.res, bound)
         if self.fed is not None:
             return self.fed.sidecars
-        return make_sidecars(env, sc, self.arrivals, lat, hs, self.res.hosts, bound.lookahead, self.clients)
+        return make_sidecars(env, spec, self.arrivals, self.res.hosts, bound.lookahead, self.clients)
 
     def _stream_round(self, rec: MergeRecord):
         """A Streaming DiLoCo round (merge.fragments > 1): the fragments' phases, no barrier."""
-        return self.merge.stream_round(rec, self.sc.merge.phases, self.sc.training.step_time_s)
+        return self.merge.stream_round(rec, self.spec.merge.phases, self.spec.training.step_time_s)
 
     def _merged(self, steps: int) -> None:
         """A merge was banked: the progress model records it, a `merges` co-tenant opens a window."""
@@ -260,16 +256,16 @@ class Fleet:
             self.arrivals = self.router.delivered()
         wall = time.perf_counter() - t0
         merges = self.trainer.completed_merges()
-        slo = self.sc.slo
+        slo = self.spec.slo
         req = request_table(self._per_sidecar(), slo.ttft_s, slo.tpot_s, merges, slo.e2e_s)
-        if self.r.labels is not None:
-            add_labels(req, self.r.labels.columns(req["arrival"], np.array([m.end for m in merges], dtype=float)))
+        if self.spec.labels is not None:
+            add_labels(req, self.spec.labels.columns(req["arrival"], np.array([m.end for m in merges], dtype=float)))
         summary = self._summary(req, merges, wall)
         if self.check:
             self.check_invariants(req, merges)
         return RunResult(
-            self.sc.name,
-            self.r.policy_name,
+            self.spec.name,
+            self.spec.policy_name,
             self.seed,
             self.draw,
             summary,
@@ -277,10 +273,17 @@ class Fleet:
             merges,
             self.monitor.lazy_timeline(),
             list(self.trainer.decision_log),
-            self.sc.digest(),
-            self.r.params.model_dump(mode="json"),
+            self.spec.digest,
+            self.spec.params.model_dump(mode="json"),
             self.cotenant.windows() if self.cotenant is not None else [],
+            self._merge_windows(merges),
         )
+
+    def _merge_windows(self, merges: list[MergeRecord]) -> list[tuple[float, float]] | None:
+        plan = self.spec.cotenant
+        if plan is None or plan.timetable.merge_window_s is None:
+            return None
+        return [w for w in (plan.merge_window(m.end) for m in merges) if w is not None]
 
     def _per_sidecar(self) -> list[tuple]:
         """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
@@ -313,12 +316,13 @@ class Fleet:
     def _summary(self, req: dict[str, np.ndarray], merges: list[MergeRecord], wall: float) -> dict[str, Any]:
         tr = self.trainer
         final_step = max(tr.island_step) if tr.island_step else 0
-        summary = summarize(req, merges, self.sc.slo.ttft_s, self.sc.slo.tpot_s, self.sc.slo.e2e_s)
+        slo = self.spec.slo
+        summary = summarize(req, merges, slo.ttft_s, slo.tpot_s, slo.e2e_s)
         arrived = arrivals_hash(self.arrivals if self.clients is None else self._created(req))
         summary.update(
             {
-                "scenario": self.sc.name,
-                "policy": self.r.policy_name,
+                "scenario": self.spec.name,
+                "policy": self.spec.policy_name,
                 "seed": self.seed,
                 "draw": self.draw,
                 "merge_steps": [m.step for m in merges],
@@ -340,7 +344,7 @@ class Fleet:
             summary["router"] = self.router.summary()
         if self.fed is not None:  # only then (disagg:, remote_kv:): the KV hand-offs or fetches
             summary[self.fed.key] = self.fed.summary()
-        if self.r.labels is not None:  # only then (testbed_labels:): the testbed's own figures
+        if self.spec.labels is not None:  # only then (testbed_labels:): the testbed's own figures
             summary["testbed"] = testbed_figures(req, len(merges))
         if getattr(self.policy, "search", None):  # only an oracle that searched (sim_oracle): what it did
             summary["oracle_search"] = dict(self.policy.search)
@@ -371,16 +375,15 @@ class Fleet:
             check_clients(req, self.clients)
         inv.check_merges(merges)
         inv.check_peak_load(self.res.peak_load())
-        cls = self.r.policy
-        if cls.respects_corridor:
+        p = self.spec.policy
+        if p.cls.respects_corridor:
             final_step = max(self.trainer.island_step)
-            inv.check_corridor([m.step for m in merges], self.sc.merge.h_min, self.sc.merge.h_max, final_step)
-        if not cls.oracle and self.policy.future_seen:
+            inv.check_corridor([m.step for m in merges], p.h_min, p.h_max, final_step)
+        if not p.cls.oracle and self.policy.future_seen:
             raise inv.InvariantError("an online policy was given the future")
 
 
-def simulate(
-    sc: Scenario | Resolved, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw
-) -> RunResult:
-    """Run `sc` once with `policy` (default: its own; models.spec.load.policy_choice picks params)."""
+def simulate(sc, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw) -> RunResult:
+    """Run `sc` (a validated scenario, or a RunSpec) once with `policy` (default: its own;
+    models.spec.load.policy_choice picks params)."""
     return Fleet(resolve(sc, policy, params), seed, **kw).run()

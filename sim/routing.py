@@ -15,9 +15,8 @@ import math
 
 import numpy as np
 
-from wadiloco.models.errors import InputError
 from wadiloco.models.rng import stream
-from wadiloco.models.routers import ROUTERS, parse_router
+from wadiloco.models.spec.run import RouterSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.engine import Sidecar, delay_to
 
@@ -50,12 +49,6 @@ def prefix_key(hashes) -> int:
     """A request's prefix key for the router: its first block's hash (requests that share their first
     block share it; models.routers.prefix_affinity), or -1 without hashes."""
     return int(hashes[0]) if hashes else -1
-
-
-def is_routed(sc) -> bool:
-    """Whether a router process runs (an unknown name: make_router reports it)."""
-    cls = ROUTERS.get(sc.router.name)
-    return cls is None or not cls.static
 
 
 class RouterProc:
@@ -115,29 +108,21 @@ class RouterProc:
         return out
 
 
-def routed_inputs(sc, arrivals: list[Arrivals]) -> list[Arrivals]:
+def routed_inputs(router: RouterSpec, arrivals: list[Arrivals]) -> list[Arrivals]:
     """What each engine starts with: the dealt arrivals, or (a router routes them) nothing."""
-    if not is_routed(sc):
+    if not router.routed:
         return arrivals
     empty = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
     return [empty] * len(arrivals)
 
 
-def make_router(sc, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals], bound, clients=None):
+def make_router(router: RouterSpec, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals], bound):
     """The run's router process, or None for `static` (the engines keep the dealt arrivals); it is a
     source of the lookahead `bound` (sim.lookahead.LookaheadBound)."""
-    if not is_routed(sc):
+    if not router.routed:
         return None
-    if clients is not None:
-        raise InputError(
-            sc.source,
-            "router.name",
-            f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
-            "client sends its next requests when its own earlier ones finish there (models.workload.clients), so "
-            "the requests are tied to that sidecar; use router.name: static",
-        )
-    cls, params = parse_router(sc.router.name, sc.router.params, sc.source)
-    router = cls(params, stream(seed, "router", sc.router.name))
-    proc = RouterProc(env, router, sidecars, arrivals, bound.changed)
+    proc = RouterProc(
+        env, router.cls(router.params, stream(seed, "router", router.name)), sidecars, arrivals, bound.changed
+    )
     bound.watch(proc.next_at)
     return proc

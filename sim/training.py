@@ -31,7 +31,7 @@ from simpy.core import NORMAL
 
 from wadiloco.models.policies.base import NEVER
 from wadiloco.models.rng import stream
-from wadiloco.models.spec.scenario import MERGE_PHASES, TrainingConfig
+from wadiloco.models.spec.run import TrainingSpec
 
 INF = float("inf")
 
@@ -44,9 +44,6 @@ def wake_at(env: simpy.Environment, t: float) -> simpy.Event:
     ev._ok, ev._value = True, None
     heappush(env._queue, (t, NORMAL, next(env._eid), ev))
     return ev
-
-
-PHASES = MERGE_PHASES  # a scenario runs these, or the subset `merge.phases` names (none: instantaneous)
 
 
 @dataclass
@@ -73,16 +70,13 @@ class Trainer:
     def __init__(
         self,
         env: simpy.Environment,
-        training: TrainingConfig,
-        n_islands: int,
-        horizon_s: float,
+        spec: TrainingSpec,
         seed: int,
         *,
         decide: Callable[[int], bool],
         run_phase: Callable[[str], Generator],
         bound_changed: Callable[[], None],
         merged: Callable[[int], None],
-        phases: Sequence[str] = PHASES,
         stream_round: Callable[[MergeRecord], Generator] | None = None,
         computing: Callable[[int, bool], None] | None = None,
         plan: Callable[[int, int], int] | None = None,
@@ -98,19 +92,15 @@ class Trainer:
         # computing(i, on): island i starts stepping (on) or stops, at a merge barrier or the horizon
         # (sim.gpushare: its inner steps hold the GPU and its learner threads run meanwhile).
         self.computing = computing
-        self.phases = tuple(phases)
+        self.phases = spec.phases
         # Streaming DiLoCo (sim.merge.MergeExecutor.stream_round): a merge is a round of fragment
         # syncs that overlap inner steps; no barrier, and the policy is not asked while one runs.
         self.stream = stream_round
         self._streaming = False
-        self.decide = decide
-        self.run_phase = run_phase
-        self.bound_changed = bound_changed
-        self.merged = merged
-        self.horizon = horizon_s
-        self.n_islands = n_islands
-        self.step_time = training.step_time_s
-        self.jitter = training.step_jitter
+        self.decide, self.run_phase, self.bound_changed, self.merged = decide, run_phase, bound_changed, merged
+        self.horizon, self.n_islands = spec.horizon_s, spec.islands
+        n_islands = spec.islands
+        self.step_time, self.jitter = spec.step_time_s, spec.step_jitter
         self.island_step = [0] * n_islands
         self.decided = 0
         self.merge_at = -1

@@ -283,7 +283,7 @@ def _batch_run():
 
 
 def sc_resolved(sc):
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
 
     return resolve(sc)
 
