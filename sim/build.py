@@ -73,27 +73,21 @@ def sidecar(env, s: int, arrivals, engine: EngineSpec, hr: HostRes, j: int, la: 
     )
 
 
-def merge_memory_hook(sidecars: list[Sidecar], merging, changed):
-    """The merge executor's bound_changed with engine.merge_memory `merge`: when a merge starts or
-    ends (`merging()` flips), the sidecars holding merge buffers lose or regain those blocks, and each
-    engine is woken (a run in flight is cut there, so fast-forward and per-iteration stepping see the
-    pool change at the same iteration, its next: models.engine.kv apply_hold); then `changed`. Without
-    such sidecars, `changed` itself."""
+def merge_memory(sidecars: list[Sidecar]):
+    """The merge executor's `on_active` with engine.merge_memory `merge`: when a merge starts or ends,
+    the sidecars holding merge buffers lose or regain those blocks, and each engine is woken (a run in
+    flight is cut there, so fast-forward and per-iteration stepping see the pool change at the same
+    iteration, its next: models.engine.kv apply_hold). None without such sidecars."""
     held = [s for s in sidecars if s.core.kv is not None and s.core.kv.hold]
     if not held:
-        return changed
-    state = [False]
+        return None
 
-    def hook() -> None:
-        now = merging()
-        if now != state[0]:
-            state[0] = now
-            for s in held:
-                s.core.kv.holding = now
-                s.wake()
-        changed()
+    def flip(merging: bool) -> None:
+        for s in held:
+            s.core.kv.holding = merging
+            s.wake()
 
-    return hook
+    return flip
 
 
 def prefix_summary(sidecars: list[Sidecar]) -> dict:

@@ -36,8 +36,9 @@ from wadiloco.models.results import invariants as inv
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import sidecar
-from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.engine import Lookahead, Sidecar, delay_to
 from wadiloco.sim.fabric import INF, Link
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import route
 
@@ -136,7 +137,7 @@ class Disagg:
         self.inflight = [0] * n
         self.bytes_per_token = spec.disagg.kv_bytes_per_token
         self.kv_bytes = 0.0
-        self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by the fleet)
+        self.bound_changed = unbound
         e = spec.engine
         self.sidecars = []
         for s in range(n):
@@ -149,8 +150,8 @@ class Disagg:
             if not pre:
                 fed(self.sidecars[-1])
 
-    def next_at(self) -> float:
-        """A lookahead source: -inf while a hand-off may still enter a decode engine."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): -inf while a hand-off may still enter a decode engine."""
         return -INF if self.pending else INF
 
     # -- the hand-off ----------------------------------------------------------------------------
@@ -265,12 +266,7 @@ class Disagg:
                     raise inv.InvariantError(f"disagg: a hand-off to sidecar {d} out of order")
 
 
-def make_disagg(env, spec: RunSpec, arrivals: list[Arrivals], res: Resources, bound):
-    """The run's disaggregated sidecars (None without `disagg:`); a source of the lookahead `bound`.
-    What disagg rules out (a closed loop, a router, a prefix cache) models.spec.resolve has checked."""
-    if spec.disagg is None:
-        return None
-    d = Disagg(env, spec, arrivals, res, bound.lookahead)
-    d.bound_changed = bound.changed
-    bound.watch(d.next_at)
-    return d
+def make_disagg(env, spec: RunSpec, arrivals: list[Arrivals], res: Resources, la: Lookahead):
+    """The run's disaggregated sidecars (None without `disagg:`); a lookahead source. What disagg
+    rules out (a closed loop, a router, a prefix cache) models.spec.resolve has checked."""
+    return Disagg(env, spec, arrivals, res, la) if spec.disagg is not None else None

@@ -3,9 +3,10 @@
 Resources live in fabrics (sim.resources): one for the network and checkpoint storage, one per
 host resource. Sidecar engines (sim.engine), islands (sim.training), merge phases (sim.merge) and
 a GPU co-tenant if the scenario has one (sim.cotenant) are the jobs on them; the monitor
-(sim.monitor) samples them and builds what the policy sees; the
-lookahead bound (sim.lookahead) says how far engines may run ahead of the clock. Each part gets
-the few others it calls, never the fleet.
+(sim.monitor) samples them and builds what the policy sees; the lookahead bound (sim.lookahead)
+says how far engines may run ahead of the clock, from the sources registered in one place
+(`_lookahead_sources`). Each part gets its own sub-spec (models.spec.run) and the few others it
+calls, never the fleet or the scenario.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from wadiloco.sim.build import (
     make_clients,
     make_policy,
     make_sidecars,
-    merge_memory_hook,
+    merge_memory,
     prefix_summary,
 )
 from wadiloco.sim.cotenant import Cotenant
@@ -99,54 +100,55 @@ class Fleet:
         self.arrivals, self.capacity_rps = make_arrivals(spec, self.seed, arrivals)
         self.clients = make_clients(spec, self.seed) if arrivals is None else None
         self.res = Resources(env, spec.fleet, self.check, self.seed)
-        self.bound = bound = LookaheadBound(spec.end_s, lookahead)
-        self.gpushare = gs = GpuShare(spec.fleet, spec.merge.weights, self.res.hosts)
-        self.sidecars = self._make_sidecars(bound)
-        self.router = make_router(spec.router, self.seed, env, self.sidecars, self.arrivals, bound)
+        self.bound = LookaheadBound(spec.end_s, lookahead)
+        self.gpushare = GpuShare(spec.fleet, spec.merge.weights, self.res.hosts)
+        self.fed, self.sidecars = self._make_sidecars()
+        self.router = make_router(spec.router, self.seed, env, self.sidecars, self.arrivals)
         t = spec.training
         self.progress = ProgressModel(t.params, t.tokens_per_step, t.islands, t.initial_loss_tokens)
         self._given = {"arrivals": arrivals, "lookahead": lookahead, "plan_ahead": plan_ahead}
         self._what_if_tapes: list[Tape | None] | None = None
-        self.policy = make_policy(
-            spec.policy, self.seed, draw, reference_merges, reference_steps, self.arrivals, self.what_if
-        )
+        refs = (reference_merges, reference_steps)
+        self.policy = make_policy(spec.policy, self.seed, draw, *refs, self.arrivals, self.what_if)
         # a policy that answers from the step count alone is asked without an Observation (`decide`)
         self.planned = plan_ahead and self.policy.next_merge(0, 0) is not None
         self._recorders: list[Recorder] = []  # share(None): the engines' busy periods, as they run
-        self.merge = MergeExecutor(env, spec.merge, spec.fleet, self.res, bound.changed, gs)
-        self.merge.bound_changed = merge_memory_hook(self.sidecars, lambda: self.merge.active, bound.changed)
-        for f in self.res.fabrics:  # while merge work is on the links, its next completion bounds the engines
-            f.timer_moved = self.merge.timer_moved
+        self.merge = MergeExecutor(env, spec.merge, spec.fleet, self.res, self.gpushare)
+        self.merge.on_active = merge_memory(self.sidecars)
         ct = spec.cotenant
-        gpus = [self.sidecars[i].gpu for i in ct.sidecars] if ct is not None else []
-        self.cotenant = Cotenant(env, ct, gpus, bound.changed) if ct is not None else None
-        self.trainer = self._make_trainer(bound, gs)
-        self.monitor = Monitor(
-            env,
-            spec.monitor,
+        self.cotenant = Cotenant(env, ct, [self.sidecars[i].gpu for i in ct.sidecars]) if ct is not None else None
+        self.trainer = self._make_trainer()
+        self.monitor = self._make_monitor()
+        self.bound.register(*self._lookahead_sources())
+        self.monitor.start()  # before the islands: same-instant events keep their order
+        self.trainer.start()
+        if self.cotenant is not None:
+            self.cotenant.start()
+
+    def _make_monitor(self) -> Monitor:
+        """The observer: it samples the engines and the links, and builds what the policy sees."""
+        return Monitor(
+            self.env,
+            self.spec.monitor,
             self.sidecars,
             self.res,
             self.trainer.view,
             self.progress,
             capacity_rps=self.capacity_rps,
             merging=lambda: self.merge.active,
-            bound_changed=bound.changed,
             check=self.check,
         )
-        # a running merge first: it lifts the bound without asking the others
-        bound.watch(self.merge.next_work_at, self.trainer.next_decision_at, self.monitor.next_sample_at)
-        if self.cotenant is not None:
-            bound.watch(self.cotenant.next_switch_at)
-        if gs.active:  # islands stopping at the horizon release the GPU and their threads
-            bound.watch(self.trainer.next_stop_at)
-        if spec.fleet.host_cores is not None:
-            for hr in self.res.hosts:
-                hr.cpu.bound_changed = bound.changed
-            bound.watch(self.res.next_preemption_at)
-        self.monitor.start()  # before the islands: same-instant events keep their order
-        self.trainer.start()
-        if self.cotenant is not None:
-            self.cotenant.start()
+
+    def _lookahead_sources(self) -> list:
+        """Everything that touches or reads the engines at instants it knows ahead (sim.lookahead), in
+        the order the bound asks them: engines fed from outside and a router first (-inf or their next
+        hand-over), then a running merge (it lifts the bound without asking the others), the trainer's
+        decisions, the monitor's samples, a co-tenant's switches, and with fleet.host_cores the hosts'
+        preemptions."""
+        first = [x for x in (self.fed, self.router) if x is not None]
+        last = [x for x in (self.cotenant,) if x is not None]
+        cores = [self.res] if self.spec.fleet.host_cores is not None else []
+        return [*first, self.merge, self.trainer, self.monitor, *last, *cores]
 
     def what_if(self, steps) -> WhatIf:
         """This run (scenario, seed, draw, and whatever arrivals or latency model it was given) with
@@ -167,10 +169,10 @@ class Fleet:
             float(np.mean(dur)) if dur else 0.0,
         )
 
-    def _make_trainer(self, bound: LookaheadBound, gs: GpuShare) -> Trainer:
+    def _make_trainer(self) -> Trainer:
         """The islands: they ask the policy (`decide`; a planned one only about its next merge), run
         merge phases, and bank merges (a `merges` co-tenant also opens a window then)."""
-        t, ct = self.spec.training, self.spec.cotenant
+        t, ct, gs = self.spec.training, self.spec.cotenant, self.gpushare
         merged = self._merged if ct is not None and ct.timetable.merge_window_s is not None else None
         return Trainer(
             self.env,
@@ -178,7 +180,6 @@ class Fleet:
             self.seed,
             decide=self.decide,
             run_phase=self.merge.run_phase,
-            bound_changed=bound.changed,
             merged=merged or self.progress.record_merge,
             stream_round=self._stream_round if t.streaming else None,
             computing=gs.computing if gs.active else None,
@@ -219,17 +220,15 @@ class Fleet:
         """After a recording run: each engine's tape (None where it ran contended)."""
         return [rec.tape(s.core) for rec, s in zip(self._recorders, self.sidecars)]
 
-    def _make_sidecars(self, bound: LookaheadBound) -> list:
-        """The engines: one per sidecar, or engines fed from outside (`self.fed`, None otherwise): the
-        prefill and decode ones of `disagg:` (sim.disagg), or those whose caches pool (`remote_kv:`,
-        sim.kvstore)."""
-        env, spec = self.env, self.spec
-        self.fed = make_disagg(env, spec, self.arrivals, self.res, bound)
-        if self.fed is None:
-            self.fed = make_remote_kv(env, spec, self.arrivals, self.res, bound)
-        if self.fed is not None:
-            return self.fed.sidecars
-        return make_sidecars(env, spec, self.arrivals, self.res.hosts, bound.lookahead, self.clients)
+    def _make_sidecars(self) -> tuple:
+        """(engines fed from outside or None, the engines): one engine per sidecar, or the prefill and
+        decode ones of `disagg:` (sim.disagg), or those whose caches pool (`remote_kv:`, sim.kvstore)."""
+        env, spec, la = self.env, self.spec, self.bound.lookahead
+        fed = make_disagg(env, spec, self.arrivals, self.res, la)
+        fed = fed or make_remote_kv(env, spec, self.arrivals, self.res, la)
+        if fed is not None:
+            return fed, fed.sidecars
+        return None, make_sidecars(env, spec, self.arrivals, self.res.hosts, la, self.clients)
 
     def _stream_round(self, rec: MergeRecord):
         """A Streaming DiLoCo round (merge.fragments > 1): the fragments' phases, no barrier."""

@@ -31,6 +31,7 @@ from wadiloco.sim.build import prefix_cache, sidecar
 from wadiloco.sim.disagg import EMPTY, enter, fed, kv_links
 from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF
+from wadiloco.sim.lookahead import unbound
 
 NAN = math.nan
 
@@ -59,11 +60,11 @@ class RemoteKV:
         self.pending = sum(len(a.t) for a in arrivals)
         self.bytes_per_token = spec.remote_kv.kv_bytes_per_token
         self.fetched_bytes = 0.0
-        self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by make_remote_kv)
+        self.bound_changed = unbound
         env.process(self._run())
 
-    def next_at(self) -> float:
-        """A lookahead source: -inf while a request may still enter an engine."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): -inf while a request may still enter an engine."""
         return -INF if self.pending else INF
 
     def _run(self):
@@ -161,12 +162,7 @@ class RemoteKV:
             inv.check_kv(s, sd.core)
 
 
-def make_remote_kv(env, spec: RunSpec, arrivals: list[Arrivals], res, bound):
-    """The run's pooled-cache sidecars (None without `remote_kv:`); a source of the lookahead `bound`.
-    What remote_kv needs (a prefix cache, open-loop arrivals, no router) models.spec.resolve has checked."""
-    if spec.remote_kv is None:
-        return None
-    r = RemoteKV(env, spec, arrivals, res, bound.lookahead)
-    r.bound_changed = bound.changed
-    bound.watch(r.next_at)
-    return r
+def make_remote_kv(env, spec: RunSpec, arrivals: list[Arrivals], res, la):
+    """The run's pooled-cache sidecars (None without `remote_kv:`); a lookahead source. What remote_kv
+    needs (a prefix cache, open-loop arrivals, no router) models.spec.resolve has checked."""
+    return RemoteKV(env, spec, arrivals, res, la) if spec.remote_kv is not None else None

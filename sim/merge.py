@@ -7,10 +7,13 @@ copies), is sim.gpushare's (fleet.gpu_sharing).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from wadiloco.models.spec.run import FleetSpec, MergeSpec
 from wadiloco.sim.checkpoint import Checkpointer, hold
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.gpushare import GpuShare
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import ring_allreduce_flows, route
 
@@ -19,27 +22,32 @@ _hold = hold  # merge work that presses on a link until its phase's transfer end
 
 class MergeExecutor:
     """Runs merge phases on the fleet's resources. `active` is true from the start of a phase to
-    the end of the last one; `bound_changed` tells the lookahead bound when that flips. A phase
-    moves `frac` of the model (1, or one Streaming DiLoCo fragment's share)."""
+    the end of the last one; `on_active(active)`, if set, hears when that flips (merge memory:
+    sim.build), before the lookahead bound does. A lookahead source (sim.lookahead): while merge work
+    runs, its next completion. A phase moves `frac` of the model (1, or one Streaming DiLoCo
+    fragment's share)."""
 
-    def __init__(self, env, m: MergeSpec, fleet: FleetSpec, res: Resources, bound_changed, gs: GpuShare):
+    def __init__(self, env, m: MergeSpec, fleet: FleetSpec, res: Resources, gs: GpuShare):
         self.env = env
         self.m, self.fleet = m, fleet
         self.w = m.weights
         self.res = res
         self.gs = gs
-        self.bound_changed = bound_changed
+        self.bound_changed = unbound
+        self.on_active: Callable[[bool], None] | None = None
         self.active = False
-        self.ckpt = Checkpointer(env, m, res, self._path, bound_changed, gs)
+        self.ckpt = Checkpointer(env, m, res, self._path, lambda: self.bound_changed(), gs)
         self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
         self._last = m.phases[-1] if m.phases else None
         self._running = 0  # phases running now (fragments of a streaming round overlap)
         self._timeouts: list[float] = []  # instants merge work of a fixed duration ends (host codec passes)
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
         self._paths: dict[tuple[str, str], tuple[Link, ...]] = {}  # (src, dst) -> `_path`'s links (a static graph)
+        for f in res.fabrics:  # while merge work is on the links, its next completion bounds the engines
+            f.timer_moved = self.timer_moved
 
-    def next_work_at(self) -> float:
-        """A lookahead source. While a phase or a background save runs, merge work is on the engines'
+    def next_touch_at(self) -> float:
+        """While a phase or a background save runs, merge work is on the engines'
         links, and what it does there changes only when one of its jobs completes (a fabric's timer:
         the processes waiting for it then start, stop or release jobs at that instant) or a fixed
         duration ends (`_timeouts`): the earliest of those. Else +inf (a merge only starts after a
@@ -61,12 +69,17 @@ class MergeExecutor:
         start = self._jobs.get(phase)
         if start is None:
             raise ValueError(phase)
-        self.active = True
-        self.bound_changed()  # merge work is on the links: its completions bound the engines (next_work_at)
+        self._set_active(True)  # merge work is on the links: its completions bound the engines (next_touch_at)
         pending = [e for e in map(_event, start(frac)) if not e.triggered]
         if pending:
             yield self.env.all_of(pending)
-        self.active = phase != self._last
+        self._set_active(phase != self._last)
+
+    def _set_active(self, on: bool) -> None:
+        if on != self.active:
+            self.active = on
+            if self.on_active is not None:
+                self.on_active(on)
         self.bound_changed()
 
     def _stage(self, frac: float = 1.0) -> list[Job]:

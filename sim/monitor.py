@@ -30,6 +30,7 @@ from wadiloco.models.results import invariants as inv
 from wadiloco.models.spec.run import MonitorSpec
 from wadiloco.models.training.progress import ProgressModel
 from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.training import TrainingView
 
@@ -80,13 +81,13 @@ class Monitor:
         *,
         capacity_rps: float | None,
         merging: Callable[[], bool],
-        bound_changed: Callable[[], None],
         check: bool,
     ):
         self.env, self.spec, self.sidecars, self.res = env, spec, sidecars, res
         self.training, self.progress = training, progress
         self.capacity_rps = capacity_rps  # per sidecar; None for a trace replayed without `load`
-        self.merging, self.bound_changed, self.check = merging, bound_changed, check
+        self.merging, self.check = merging, check
+        self.bound_changed = unbound
         self.bin_s = spec.sample_s
         self.end = spec.end_s
         self.tl: dict[str, list[float]] = {k: [] for k in KEYS}
@@ -108,8 +109,8 @@ class Monitor:
     def start(self) -> None:
         self.env.process(self._run())
 
-    def next_sample_at(self) -> float:
-        """A lookahead source: when the monitor next reads the engines and the links."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): when the monitor next reads the engines and the links."""
         return self._next
 
     def timeline(self) -> dict[str, np.ndarray]:

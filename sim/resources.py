@@ -87,9 +87,19 @@ class Resources:
                 t = f.next_at
         return t
 
-    def next_preemption_at(self) -> float:
-        """A lookahead source (with fleet.host_cores): the next preemption switch on any host."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead; with fleet.host_cores): the next preemption switch on any host."""
         return min((hr.cpu.next_switch_at() for hr in self.hosts), default=INF)
+
+    @property
+    def bound_changed(self):
+        return self.hosts[0].cpu.bound_changed if self.hosts else None
+
+    @bound_changed.setter
+    def bound_changed(self, changed) -> None:
+        """The hosts' preempters tell the bound when their next switch moves."""
+        for hr in self.hosts:
+            hr.cpu.bound_changed = changed
 
     def peak_load(self) -> float:
         """The largest allocated rate over capacity any link has seen (at most 1: an invariant)."""

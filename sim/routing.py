@@ -19,6 +19,7 @@ from wadiloco.models.rng import stream
 from wadiloco.models.spec.run import RouterSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.lookahead import unbound
 
 INF = math.inf
 MERGE_TAGS = ("merge", "hold")  # jobs sim/merge.py puts on the links (a co-tenant's are "cotenant")
@@ -53,10 +54,11 @@ def prefix_key(hashes) -> int:
 
 class RouterProc:
     """Routes the fleet's arrivals one instant at a time; `until` is the next instant (the engines'
-    gate and a lookahead source: `next_at`), `routed` how many went to each sidecar."""
+    gate and a lookahead source: `next_touch_at`), `routed` how many went to each sidecar."""
 
-    def __init__(self, env, router, sidecars: list[Sidecar], arrivals: list[Arrivals], bound_changed):
-        self.env, self.router, self.sidecars, self.bound_changed = env, router, sidecars, bound_changed
+    def __init__(self, env, router, sidecars: list[Sidecar], arrivals: list[Arrivals]):
+        self.env, self.router, self.sidecars = env, router, sidecars
+        self.bound_changed = unbound
         t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
         order = np.argsort(t, kind="stable")
         self.t = t[order].tolist()
@@ -73,7 +75,7 @@ class RouterProc:
             s.core.slow = True  # its booking refreshes the request count the router grows
         env.process(self._run())
 
-    def next_at(self) -> float:
+    def next_touch_at(self) -> float:
         return self.until
 
     def _run(self):
@@ -116,13 +118,9 @@ def routed_inputs(router: RouterSpec, arrivals: list[Arrivals]) -> list[Arrivals
     return [empty] * len(arrivals)
 
 
-def make_router(router: RouterSpec, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals], bound):
-    """The run's router process, or None for `static` (the engines keep the dealt arrivals); it is a
-    source of the lookahead `bound` (sim.lookahead.LookaheadBound)."""
+def make_router(router: RouterSpec, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals]):
+    """The run's router process, or None for `static` (the engines keep the dealt arrivals); a
+    lookahead source (sim.lookahead)."""
     if not router.routed:
         return None
-    proc = RouterProc(
-        env, router.cls(router.params, stream(seed, "router", router.name)), sidecars, arrivals, bound.changed
-    )
-    bound.watch(proc.next_at)
-    return proc
+    return RouterProc(env, router.cls(router.params, stream(seed, "router", router.name)), sidecars, arrivals)

@@ -305,7 +305,7 @@ def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
             assert np.array_equal(a.requests[k], other.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
 
 
-# ---- sim/merge.py next_work_at: the lookahead during a merge -------------------------------------------
+# ---- sim/merge.py next_touch_at: the lookahead during a merge -------------------------------------------
 
 MERGE_CASES = {
     "same_host": {},
@@ -319,7 +319,7 @@ MERGE_CASES = {
 @pytest.mark.parametrize("extra", list(MERGE_CASES.values()), ids=list(MERGE_CASES))
 def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, extra):
     """While merge work is on the links the engines book iterations up to the merge's next job
-    completion or fixed-duration end (MergeExecutor.next_work_at), where they once yielded at every
+    completion or fixed-duration end (MergeExecutor.next_touch_at), where they once yielded at every
     step (the source said -inf): the same requests, timeline and merges, with fewer SimPy events."""
     from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim import merge
@@ -334,13 +334,13 @@ def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, ex
         return res, next(f.env._eid)
 
     a, events = run()
-    bounded = merge.MergeExecutor.next_work_at
+    bounded = merge.MergeExecutor.next_touch_at
 
     def unbounded(self):
         t = bounded(self)
         return -math.inf if self.active or self.ckpt.busy or self._running else t
 
-    monkeypatch.setattr(merge.MergeExecutor, "next_work_at", unbounded)
+    monkeypatch.setattr(merge.MergeExecutor, "next_touch_at", unbounded)
     b, events_before = run()
     assert a.summary["merges"] >= 2
     for k in a.requests:

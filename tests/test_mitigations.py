@@ -96,7 +96,7 @@ def test_async_merge_waits_only_for_the_staging_and_the_write_continues_behind()
     assert end - start == pytest.approx(STAGE_S, rel=1e-9)  # training resumes after the staging
     # the write is still on the links: it bounds the engines' lookahead at its next completion
     nxt = f.res.next_timer_at()
-    assert f.merge.ckpt.busy and f.env.now < nxt < float("inf") and f.merge.next_work_at() == nxt
+    assert f.merge.ckpt.busy and f.env.now < nxt < float("inf") and f.merge.next_touch_at() == nxt
     f.env.run(until=1e4)
     assert not f.merge.ckpt.busy
     # the background's host pressure starts when the staging ends and lasts its work, not the write
