@@ -128,8 +128,7 @@ def cmd_run(args) -> int:
         sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
     res = run_one(r, args.seed, draw=args.draw, check=check)
-    # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
-    s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
+    s = res.record()  # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
     s["provenance"] = provenance.of_run(sc, r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
         out.open()
@@ -149,22 +148,10 @@ def _write_run(out, res, s: dict) -> None:
     import pandas as pd
 
     from wadiloco.experiments.output import dumps, requests_csv
+    from wadiloco.models.results.run import merge_rows
 
     out.write("requests.csv", requests_csv(res.requests))
-    rows = [
-        {
-            "merge_index": m.index,
-            "step": m.step,
-            "decided_at_s": m.decided_at,
-            "start_s": m.start,
-            "end_s": m.end,
-            "duration_s": m.end - m.start,
-            **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
-            **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
-        }
-        for m in res.merges
-    ]
-    out.write("merges.csv", pd.DataFrame(rows).to_csv(index=False))
+    out.write("merges.csv", pd.DataFrame(merge_rows(res.merges)).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
     out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
     out.write("summary.json", dumps(s) + "\n")

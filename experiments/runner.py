@@ -20,9 +20,10 @@ from collections import OrderedDict
 from typing import Any
 
 from wadiloco.models.engine.tape import Tape
+from wadiloco.models.results.run import RunResult
 from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.spec.run import RunSpec
-from wadiloco.sim.fleet import Fleet, RunResult, simulate
+from wadiloco.sim.fleet import Fleet, simulate
 
 SHARE_ENV = "WADILOCO_SHARE"
 TAPES_KEPT = 6  # (scenario, seed) pairs whose tapes a process keeps (a bursty.yaml pair: ~4 MB)

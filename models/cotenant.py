@@ -90,7 +90,7 @@ class LabelPlan:
     horizon_s: float
 
     def columns(self, t: np.ndarray, merge_ends: np.ndarray) -> dict[str, np.ndarray]:
-        """The label columns of requests that start at `t` (models.results.metrics.add_labels adds them)."""
+        """The label columns of requests that start at `t` (models.results.run Labels adds them)."""
         out = {"sync_active": self.sync.active(t, merge_ends)}
         p = self.pressure
         if isinstance(p, PressureTimetable):

@@ -18,7 +18,6 @@ from wadiloco.models.engine.prefix import shared_prefix_hashes
 from wadiloco.models.policies.base import FutureView, Policy, PolicyContext
 from wadiloco.models.rng import stream
 from wadiloco.models.spec.run import EngineSpec, KVSpec, PolicySpec, PrefixSpec, RunSpec
-from wadiloco.models.workload.clients import BatchLoop
 from wadiloco.models.workload.kinds import Arrivals, generate_arrivals
 from wadiloco.models.workload.kinds import make_clients as workload_clients
 from wadiloco.sim.engine import Lookahead, Sidecar
@@ -88,34 +87,6 @@ def merge_memory(sidecars: list[Sidecar]):
             s.wake()
 
     return flip
-
-
-def prefix_summary(sidecars: list[Sidecar]) -> dict:
-    """prefix_hit_rate (only with a prefix cache): prompt tokens served from the caches over prompt
-    tokens, at the requests' first admissions, fleet-wide."""
-    caches = [s.core.px for s in sidecars if s.core.px is not None]
-    if not caches:
-        return {}
-    prompt = sum(c.prompt_tokens for c in caches)
-    return {"prefix_hit_rate": sum(c.hit_tokens for c in caches) / prompt if prompt else 0.0}
-
-
-def kv_summary(sidecars: list[Sidecar]) -> dict:
-    """The run's KV-cache figures (none without pools): preemptions and requests rejected as too long
-    (summed), the peak usage (the fullest pool after an iteration's allocations) and the mean usage
-    (blocks in use over blocks available, summed over every engine's iterations)."""
-    pools = [s.core.kv for s in sidecars if s.core.kv is not None]
-    if not pools:
-        return {}
-    cap = sum(p.sum_cap for p in pools)
-    swap = {"swap_blocks": sum(p.copied for p in pools)} if any(p.swap for p in pools) else {}
-    return {
-        **swap,
-        "preemptions": sum(p.preemptions for p in pools),
-        "rejected_too_long": sum(p.rejected for p in pools),
-        "kv_usage_peak": max(p.peak for p in pools),
-        "kv_usage_mean": sum(p.sum_used for p in pools) / cap if cap else 0.0,
-    }
 
 
 def make_clients(spec: RunSpec, seed: int) -> list | None:
@@ -210,18 +181,6 @@ def with_shared_prefix(arrivals: list[Arrivals], sp: tuple[float, int, int], see
         )
         for s, a in enumerate(arrivals)
     ]
-
-
-def client_column(client) -> str:
-    """The request-table column a closed loop's tags go to."""
-    return "batch" if isinstance(client, BatchLoop) else "user"
-
-
-def check_clients(req: dict[str, np.ndarray], clients: list) -> None:
-    """Each sidecar's closed-loop invariants (models.workload.clients) on its rows of the request table."""
-    for s, client in enumerate(clients):
-        mine = req["sidecar"] == s
-        client.check(req["arrival"][mine], req["finish"][mine], req[client_column(client)][mine])
 
 
 def make_sidecars(

@@ -17,12 +17,13 @@ from __future__ import annotations
 from bisect import insort
 
 from wadiloco.models.cotenant import CotenantPlan
+from wadiloco.models.results.run import NoExtra
 from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.lookahead import unbound
 
 
-class Cotenant:
+class Cotenant(NoExtra):
     """`log` records the windows as run: [on, off] each (off = +inf while on at the end)."""
 
     def __init__(self, env, plan: CotenantPlan, links: list[Link]):
@@ -94,3 +95,14 @@ class Cotenant:
 
     def windows(self) -> list[tuple[float, float]]:
         return [(a, b) for a, b in self.log]
+
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): its weight and how long it was on."""
+        wins, now = self.windows(), self.env.now
+        return {
+            "cotenant": {
+                "weight": self.plan.weight,
+                "windows": len(wins),
+                "on_s": float(sum(min(b, now) - a for a, b in wins)),
+            }
+        }

@@ -33,6 +33,7 @@ from wadiloco.models.engine._fast import (
     serve,  # compiled or pure (models/engine/_fast/__init__.py), as sim.engine runs it
 )
 from wadiloco.models.results import invariants as inv
+from wadiloco.models.results.run import NoExtra
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import sidecar
@@ -110,12 +111,10 @@ class _Prefills:
             self.owner.prefilled(tag[rid], end)
 
 
-class Disagg:
+class Disagg(NoExtra):
     """The prefill and decode sidecars of one run and the hand-offs between them. Per request
     (fleet-wide index j, in arrival order): its prefill sidecar, when its prefill ended, when its
     KV was in, its decode sidecar and its index there."""
-
-    key = "disagg"  # the summary's key
 
     def __init__(self, env, spec: RunSpec, arrivals: list[Arrivals], res, la):
         self.env, self.res, self.la = env, res, la
@@ -231,10 +230,14 @@ class Disagg:
             out.append((self.t[m], self.prompt[m], self.output[m], adm[m], self.kv_done[m], fin[m], extra))
         return out
 
-    def summary(self) -> dict:
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the KV hand-offs."""
         moved = self.dest >= 0
         kv_s = (self.kv_done - self.prefill_done)[moved]
         kv_s = kv_s[~np.isnan(kv_s)]
+        return {"disagg": self._figures(moved, kv_s)}
+
+    def _figures(self, moved: np.ndarray, kv_s: np.ndarray) -> dict:
         return {
             "prefill_sidecars": list(self.prefill),
             "decode_sidecars": list(self.decode),
@@ -245,10 +248,11 @@ class Disagg:
             "kv_transfer_max_s": float(kv_s.max()) if len(kv_s) else 0.0,
         }
 
-    def check(self, now: float) -> None:
+    def check(self, req, merges) -> None:
         """INV-1 per engine (a prefill engine's requests are those dealt to it, a decode engine's
         those handed to it), KV conservation (INV-23), and the hand-off's order: prefill end <= KV
         in <= decode admission."""
+        now = self.env.now
         for s, sd in enumerate(self.sidecars):
             if s in self.prefill:
                 mine = self.by == s

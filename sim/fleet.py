@@ -12,8 +12,6 @@ calls, never the fleet or the scenario.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,25 +20,25 @@ import simpy
 from wadiloco.models.engine.tape import Recorder, Replay, Tape
 from wadiloco.models.policies.base import WhatIf
 from wadiloco.models.policies.planned import PlannedSteps
-from wadiloco.models.results import invariants as inv
-from wadiloco.models.results.metrics import add_labels, censored_e2e, request_table, summarize, testbed_figures
+from wadiloco.models.results.metrics import censored_e2e
+from wadiloco.models.results.run import (
+    Clients,
+    Engines,
+    KVPools,
+    Labels,
+    PolicyRun,
+    PrefixCaches,
+    RunResult,
+    build_requests,
+    build_summary,
+    check_run,
+)
 from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.training.progress import ProgressModel
-from wadiloco.models.workload.clients import load_hash
+from wadiloco.models.workload.clients import load_hash, tag_column
 from wadiloco.models.workload.kinds import Arrivals, arrivals_hash
-from wadiloco.sim.build import (
-    check_clients,
-    checks_on,
-    client_column,
-    kv_summary,
-    make_arrivals,
-    make_clients,
-    make_policy,
-    make_sidecars,
-    merge_memory,
-    prefix_summary,
-)
+from wadiloco.sim.build import checks_on, make_arrivals, make_clients, make_policy, make_sidecars, merge_memory
 from wadiloco.sim.cotenant import Cotenant
 from wadiloco.sim.disagg import make_disagg
 from wadiloco.sim.gpushare import GpuShare
@@ -51,25 +49,6 @@ from wadiloco.sim.monitor import Monitor
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.routing import make_router
 from wadiloco.sim.training import MergeRecord, Trainer
-
-
-@dataclass
-class RunResult:
-    scenario: str
-    policy: str
-    seed: int
-    draw: int
-    summary: dict[str, Any]
-    requests: dict[str, np.ndarray] = field(repr=False)
-    merges: list[MergeRecord] = field(repr=False)
-    timeline: Mapping[str, np.ndarray] = field(repr=False)  # filled when first read (sim.monitor Timeline)
-    decisions: list[tuple[int, float, bool]] = field(repr=False)
-    scenario_digest: str = ""  # Scenario.digest() of what ran
-    policy_params: dict[str, Any] = field(default_factory=dict)  # the policy's params, defaults filled in
-    cotenant_windows: list[tuple[float, float]] = field(default_factory=list, repr=False)  # (on, off) as run
-    # where merges act through a co-tenant's window after each merge (a `merges` timetable: the testbed
-    # twin), each merge's window (models.cotenant CotenantPlan.merge_window); None otherwise
-    merge_windows: list[tuple[float, float]] | None = field(default=None, repr=False)
 
 
 class Fleet:
@@ -255,13 +234,11 @@ class Fleet:
             self.arrivals = self.router.delivered()
         wall = time.perf_counter() - t0
         merges = self.trainer.completed_merges()
-        slo = self.spec.slo
-        req = request_table(self._per_sidecar(), slo.ttft_s, slo.tpot_s, merges, slo.e2e_s)
-        if self.spec.labels is not None:
-            add_labels(req, self.spec.labels.columns(req["arrival"], np.array([m.end for m in merges], dtype=float)))
-        summary = self._summary(req, merges, wall)
+        extras, slo = self._extras(), self.spec.slo
+        req = build_requests(self._per_sidecar(), merges, slo, extras)
+        summary = build_summary(req, merges, slo, self._figures(req, merges, wall), extras)
         if self.check:
-            self.check_invariants(req, merges)
+            check_run(req, merges, sum(self._given_counts()), summary["peak_link_load"], extras)
         return RunResult(
             self.spec.name,
             self.spec.policy_name,
@@ -277,6 +254,27 @@ class Fleet:
             self.cotenant.windows() if self.cotenant is not None else [],
             self._merge_windows(merges),
         )
+
+    def _extras(self) -> list:
+        """What this run adds to its result beyond the core fleet (models.results.run Extra: columns,
+        summary keys, invariants), in the order their summary keys come; only the parts it has."""
+        cores, p, spec = [s.core for s in self.sidecars], self.spec.policy, self.spec
+        parts = [
+            Engines(self.sidecars, self._given_counts(), self.env.now) if self.fed is None else None,
+            KVPools([c.kv for c in cores if c.kv is not None]),  # engine.kv_blocks or gpu_memory_gb
+            PrefixCaches([c.px for c in cores if c.px is not None]),  # engine.prefix_cache
+            self.router,  # a router that routes (router.name not static)
+            self.fed,  # disagg: or remote_kv: (the KV hand-offs or fetches)
+            Clients(self.clients) if self.clients is not None else None,
+            Labels(spec.labels) if spec.labels is not None else None,  # testbed_labels:
+            PolicyRun(self.policy, p.cls, p.h_min, p.h_max, max(self.trainer.island_step, default=0)),
+            self.cotenant,
+        ]
+        return [x for x in parts if x is not None]
+
+    def _given_counts(self) -> list[int]:
+        """How many requests each engine was given: its arrivals, or its client's (a closed loop)."""
+        return [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
 
     def _merge_windows(self, merges: list[MergeRecord]) -> list[tuple[float, float]] | None:
         plan = self.spec.cotenant
@@ -307,79 +305,38 @@ class Fleet:
         for s, client in zip(self.sidecars, self.clients):
             c = s.core
             tag = np.array(c.tag, dtype=np.int64)
-            extra = {client_column(client): tag, "done": client.done_times(tag)}
+            extra = {tag_column(client): tag, "done": client.done_times(tag)}
             t, p, o = np.array(c.t_arr, dtype=np.float64), np.array(c.prompt, np.int64), np.array(c.output, np.int64)
             out.append((t, p, o, *s.results(), extra))
         return out
 
-    def _summary(self, req: dict[str, np.ndarray], merges: list[MergeRecord], wall: float) -> dict[str, Any]:
+    def _figures(self, req: dict[str, np.ndarray], merges: list[MergeRecord], wall: float) -> dict[str, Any]:
+        """The run's own figures (models.results.run build_summary puts them after the request figures)."""
         tr = self.trainer
         final_step = max(tr.island_step) if tr.island_step else 0
-        slo = self.spec.slo
-        summary = summarize(req, merges, slo.ttft_s, slo.tpot_s, slo.e2e_s)
         arrived = arrivals_hash(self.arrivals if self.clients is None else self._created(req))
-        summary.update(
-            {
-                "scenario": self.spec.name,
-                "policy": self.spec.policy_name,
-                "seed": self.seed,
-                "draw": self.draw,
-                "merge_steps": [m.step for m in merges],
-                "final_loss": self.progress.final_loss(final_step - tr.last_merge_step if tr.island_step else 0),
-                "inner_steps": final_step,
-                "sim_time_s": float(self.env.now),
-                "wall_time_s": wall,
-                "arrivals_hash": arrived,
-                "load_hash": arrived if self.clients is None else load_hash(self.clients),
-                "capacity_rps_per_sidecar": self.capacity_rps,
-                "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
-                "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
-                "peak_link_load": self.res.peak_load(),
-            }
-        )
-        summary.update(kv_summary(self.sidecars))  # only with KV pools (engine.kv_blocks): their keys
-        summary.update(prefix_summary(self.sidecars))  # only with prefix caches (engine.prefix_cache)
-        if self.router is not None:  # only then (router.name not static)
-            summary["router"] = self.router.summary()
-        if self.fed is not None:  # only then (disagg:, remote_kv:): the KV hand-offs or fetches
-            summary[self.fed.key] = self.fed.summary()
-        if self.spec.labels is not None:  # only then (testbed_labels:): the testbed's own figures
-            summary["testbed"] = testbed_figures(req, len(merges))
-        if getattr(self.policy, "search", None):  # only an oracle that searched (sim_oracle): what it did
-            summary["oracle_search"] = dict(self.policy.search)
-        if self.cotenant is not None:  # only then: the default summary keeps its keys
-            wins = self.cotenant.windows()
-            summary["cotenant"] = {
-                "weight": self.cotenant.plan.weight,
-                "windows": len(wins),
-                "on_s": float(sum(min(b, self.env.now) - a for a, b in wins)),
-            }
-        return summary
+        return {
+            "scenario": self.spec.name,
+            "policy": self.spec.policy_name,
+            "seed": self.seed,
+            "draw": self.draw,
+            "merge_steps": [m.step for m in merges],
+            "final_loss": self.progress.final_loss(final_step - tr.last_merge_step if tr.island_step else 0),
+            "inner_steps": final_step,
+            "sim_time_s": float(self.env.now),
+            "wall_time_s": wall,
+            "arrivals_hash": arrived,
+            "load_hash": arrived if self.clients is None else load_hash(self.clients),
+            "capacity_rps_per_sidecar": self.capacity_rps,
+            "engine_iterations": int(sum(s.iterations for s in self.sidecars)),
+            "contended_iterations": int(sum(s.contended_iterations for s in self.sidecars)),
+            "peak_link_load": self.res.peak_load(),
+        }
 
     def _created(self, req: dict[str, np.ndarray]) -> list[Arrivals]:
         """A closed loop's requests as arrivals: what its runs are compared by (they differ by policy)."""
         by = [req["sidecar"] == s for s in range(len(self.sidecars))]
         return [Arrivals(req["arrival"][m], req["prompt"][m], req["output"][m]) for m in by]
-
-    def check_invariants(self, req: dict[str, np.ndarray], merges: list[MergeRecord]) -> None:
-        counts = [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
-        inv.check_requests(req, sum(counts))
-        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
-        for i, s in enumerate(self.sidecars if self.fed is None else ()):
-            inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
-            inv.check_kv(i, s.core)
-        if self.fed is not None:  # each engine's own requests (dealt to a prefill, handed to a decoder, ...)
-            self.fed.check(self.env.now)
-        if self.clients is not None:
-            check_clients(req, self.clients)
-        inv.check_merges(merges)
-        inv.check_peak_load(self.res.peak_load())
-        p = self.spec.policy
-        if p.cls.respects_corridor:
-            final_step = max(self.trainer.island_step)
-            inv.check_corridor([m.step for m in merges], p.h_min, p.h_max, final_step)
-        if not p.cls.oracle and self.policy.future_seen:
-            raise inv.InvariantError("an online policy was given the future")
 
 
 def simulate(sc, seed: int = 0, policy: str | None = None, params: dict | None = None, **kw) -> RunResult:

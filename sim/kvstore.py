@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from wadiloco.models.results import invariants as inv
+from wadiloco.models.results.run import NoExtra
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import prefix_cache, sidecar
@@ -36,12 +37,10 @@ from wadiloco.sim.lookahead import unbound
 NAN = math.nan
 
 
-class RemoteKV:
+class RemoteKV(NoExtra):
     """The sidecars of a run whose prefix caches are one pool, and the fetches between them. Per
     sidecar and request (its index in the sidecar's arrivals): the request's index in the engine, when
     it entered (its arrival, or its fetch's end) and the prompt tokens it fetched."""
-
-    key = "remote_kv"  # the summary's key
 
     def __init__(self, env, spec: RunSpec, arrivals: list[Arrivals], res, la):
         self.env, self.res, self.arr = env, res, arrivals
@@ -142,7 +141,11 @@ class RemoteKV:
             out.append((a.t, np.asarray(a.prompt, np.int64), np.asarray(a.output, np.int64), *cols, extra))
         return out
 
-    def summary(self) -> dict:
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the fetches."""
+        return {"remote_kv": self._figures()}
+
+    def _figures(self) -> dict:
         f = np.concatenate(self.fetched) if self.fetched else np.empty(0, np.int64)
         waits = np.concatenate([e - a.t for e, a in zip(self.entered, self.arr)]) if self.arr else np.empty(0)
         waits = waits[(f > 0) & ~np.isnan(waits)]
@@ -154,8 +157,9 @@ class RemoteKV:
             "fetch_max_s": float(waits.max()) if len(waits) else 0.0,
         }
 
-    def check(self, now: float) -> None:
+    def check(self, req, merges) -> None:
         """INV-1 per engine over the requests that entered it, and KV conservation (INV-23)."""
+        now = self.env.now
         for s, sd in enumerate(self.sidecars):
             n = int((self.rid[s] >= 0).sum())
             inv.check_conservation(s, sd.counts(now), n, int((~np.isnan(sd.results()[2])).sum()))

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from wadiloco.models.results.run import NoExtra
 from wadiloco.models.rng import stream
 from wadiloco.models.spec.run import RouterSpec
 from wadiloco.models.workload.kinds import Arrivals
@@ -52,7 +53,7 @@ def prefix_key(hashes) -> int:
     return int(hashes[0]) if hashes else -1
 
 
-class RouterProc:
+class RouterProc(NoExtra):
     """Routes the fleet's arrivals one instant at a time; `until` is the next instant (the engines'
     gate and a lookahead source: `next_touch_at`), `routed` how many went to each sidecar."""
 
@@ -95,8 +96,11 @@ class RouterProc:
             self.until = t[j] if j < n else INF
             self.bound_changed()
 
-    def summary(self) -> dict:
-        return {"name": self.router.name, "params": self.router.p.model_dump(mode="json"), "routed": self.routed}
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the router and how many it routed where."""
+        return {
+            "router": {"name": self.router.name, "params": self.router.p.model_dump(mode="json"), "routed": self.routed}
+        }
 
     def delivered(self) -> list[Arrivals]:
         """Each sidecar's requests as routed (what its rows of the request table are), and the
