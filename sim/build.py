@@ -50,10 +50,12 @@ def prefix_cache(p: PrefixSpec | None) -> PrefixCache | None:
     return PrefixCache(p.capacity, p.block_tokens) if p is not None else None
 
 
-def sidecar(env, s: int, arrivals, engine: EngineSpec, hr: HostRes, j: int, la: Lookahead, **kw) -> Sidecar:
+def sidecar(
+    env, s: int, arrivals, e: EngineSpec, hr: HostRes, j: int, la: Lookahead, fast_forward: bool | None = None, **kw
+) -> Sidecar:
     """Sidecar s, the host's j-th, on its GPU and CPU path (and frontend path, with frontend work),
-    with its KV pool; `kw`: fast_forward (default the engine's), client, prefix, pcie (Sidecar's)."""
-    e = engine
+    with its KV pool; fast-forward as the engine says unless given; `kw`: client, prefix, pcie and
+    block_bytes (sim.engine.Sidecar's)."""
     return Sidecar(
         env,
         s,
@@ -68,7 +70,8 @@ def sidecar(env, s: int, arrivals, engine: EngineSpec, hr: HostRes, j: int, la: 
         step=e.step,
         front=hr.fronts[j] if e.step.frontend else None,
         kv=kv_pool(e.pool(s)),
-        **{"fast_forward": e.fast_forward, **kw},
+        fast_forward=e.fast_forward if fast_forward is None else fast_forward,
+        **kw,
     )
 
 

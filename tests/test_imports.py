@@ -122,8 +122,9 @@ def test_leaf_modules_import_only_errors(leaf):
 # ---- a scenario is resolved once: past models.spec, nothing sees a `Scenario` ---------------------------
 # The simulation (sim/) and every model outside models/spec receive typed sub-specs (models.spec.run
 # RunSpec); only the code that reads and edits scenario files names the class: models/spec itself, the
-# command line (the commands, --set overrides, provenance, capacity searches, sweep planning), the
-# benchmarks (scripts that load and edit scenarios as the command line does) and the tests.
+# command line (the commands, --set overrides, provenance, capacity searches, sweep planning, the
+# reference pages generated from the schema), the benchmarks (scripts that load and edit scenarios as
+# the command line does) and the tests.
 SCENARIO_READERS = (
     "models/spec/",
     "experiments/cli.py",
@@ -133,6 +134,7 @@ SCENARIO_READERS = (
     "experiments/provenance.py",
     "experiments/capacity.py",
     "experiments/sweep/plan.py",
+    "experiments/reference.py",
     "benchmarks/",
 )
 

@@ -19,6 +19,7 @@ import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -146,9 +147,15 @@ def profile_cache_dir() -> Path:
 
 
 def _cache_key(raw: bytes) -> str:
+    return hashlib.sha256(raw + b"\0" + _fit_inputs().encode()).hexdigest()
+
+
+@cache
+def _fit_inputs() -> str:
+    """What every fit depends on besides the profile (the measurements and the fitting code), once per process."""
     from wadiloco.models.testbed import fit
 
-    return hashlib.sha256(raw + b"\0" + fit.inputs_digest().encode()).hexdigest()
+    return fit.inputs_digest()
 
 
 def _cached(key: str, spec: ProfileSpec, source: str) -> Profile | None:
