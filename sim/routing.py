@@ -35,16 +35,16 @@ class View:
         self.now = 0.0
 
     def outstanding(self, s: int) -> int:
-        sc = self.sidecars[s]
-        return sc.queue_len(self.now) + sc.running()
+        sd = self.sidecars[s]
+        return sd.queue_len(self.now) + sd.running()
 
     def kv_free(self, s: int) -> float:
         kv = self.sidecars[s].core.kv
         return INF if kv is None else kv.cap - kv.used
 
     def pressing(self, s: int) -> bool:
-        sc = self.sidecars[s]
-        return any(j.tag[0] in MERGE_TAGS for link in (sc.gpu, sc.host) for j in link.jobs)
+        sd = self.sidecars[s]
+        return any(j.tag[0] in MERGE_TAGS for link in (sd.gpu, sd.host) for j in link.jobs)
 
 
 def prefix_key(hashes) -> int:
