@@ -22,7 +22,8 @@ import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
 from wadiloco.models.engine import _fast as core
-from wadiloco.models.spec.load import Scenario, load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import Scenario, load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,9 +172,9 @@ def heapq_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     kw = dict(
         max_num_seqs=sc.engine.max_num_seqs,
         max_num_batched_tokens=sc.engine.max_num_batched_tokens,
-        host_s=fleet.host_s,
+        host_s=fleet.spec.engine.host_s,
     )
-    lat = fleet.lat
+    lat = fleet.spec.engine.latency
     until = sc.horizon_s + sc.drain_s
 
     def engine(ff: bool, lookahead: bool = False):

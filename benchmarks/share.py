@@ -18,7 +18,8 @@ from pathlib import Path
 
 from wadiloco.benchmarks.bursty import event_mark, processed_events
 from wadiloco.experiments.runner import run_one
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]

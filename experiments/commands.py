@@ -72,11 +72,15 @@ def _scenario_args(p) -> None:
 
 
 def load_run(args):
-    """The scenario of a command's arguments, overrides applied and the policy chosen (a Resolved)."""
-    r = load_with_sets(args.scenario, parse_sets(args.sets))
+    """(the scenario of a command's arguments with its overrides applied, validated; its run's spec
+    with the policy chosen: models.spec.run.RunSpec)."""
+    from wadiloco.models.spec.resolve import resolve
+
+    sc = load_with_sets(args.scenario, parse_sets(args.sets))
+    r = resolve(sc)
     if args.policy or args.param:
         r = r.with_policy(args.policy, parse_params(args.param) if args.param else None, "<command line>", "--policy")
-    return r
+    return sc, r
 
 
 def seed_arg(v: str) -> int:
@@ -117,16 +121,15 @@ def cmd_run(args) -> int:
     from wadiloco.experiments.runner import run_one
     from wadiloco.models.spec.limits import check_run, notes
 
-    r = load_run(args)
-    check_run(r.scenario, r.workload)  # before anything is built or created
+    sc, r = load_run(args)
+    check_run(sc, r.workload.params)  # before anything is built or created
     out = ResultDir(args.out, "run", args.force) if args.out else None
-    for note in notes(r.scenario, r.policy_name):
+    for note in notes(sc, r.policy_name):
         sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
     res = run_one(r, args.seed, draw=args.draw, check=check)
-    # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
-    s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
-    s["provenance"] = provenance.of_run(r, args.seed, args.draw, parse_sets(args.sets))
+    s = res.record()  # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
+    s["provenance"] = provenance.of_run(sc, r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
         out.open()
         try:
@@ -137,7 +140,7 @@ def cmd_run(args) -> int:
     if args.json:
         sys.stdout.write(dumps(s) + "\n")
     else:
-        sys.stdout.write(format_summary(s, r.scenario.horizon_s, r.scenario.drain_s) + "\n")
+        sys.stdout.write(format_summary(s, r.horizon_s, r.drain_s) + "\n")
     return 0
 
 
@@ -145,22 +148,10 @@ def _write_run(out, res, s: dict) -> None:
     import pandas as pd
 
     from wadiloco.experiments.output import dumps, requests_csv
+    from wadiloco.models.results.run import merge_rows
 
     out.write("requests.csv", requests_csv(res.requests))
-    rows = [
-        {
-            "merge_index": m.index,
-            "step": m.step,
-            "decided_at_s": m.decided_at,
-            "start_s": m.start,
-            "end_s": m.end,
-            "duration_s": m.end - m.start,
-            **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
-            **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
-        }
-        for m in res.merges
-    ]
-    out.write("merges.csv", pd.DataFrame(rows).to_csv(index=False))
+    out.write("merges.csv", pd.DataFrame(merge_rows(res.merges)).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
     out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
     out.write("summary.json", dumps(s) + "\n")
@@ -172,12 +163,11 @@ def cmd_show(args) -> int:
     from wadiloco.experiments.output import to_jsonable
     from wadiloco.experiments.provenance import resolved_scenario
 
-    r = load_run(args)
-    data = to_jsonable(resolved_scenario(r))
+    sc, r = load_run(args)
+    data = to_jsonable(resolved_scenario(sc, r))
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
-    sc = r.scenario
     head = [
         f"# {sc.source}, resolved: every field with its value, defaults filled in, --set applied",
         f"# requests arrive for horizon_s = {sc.horizon_s:g} s, then drain_s = {sc.drain_s:g} s lets those in flight"

@@ -13,26 +13,22 @@ i+1. With n islands of k hosts, k*n flows run at once and each island uplink car
 
 from __future__ import annotations
 
-import math
-
 import networkx as nx
 
-from wadiloco.models.spec.scenario import FleetConfig
+from wadiloco.models.spec.run import FleetSpec
 
 
 def host_node(island: int, h: int) -> str:
     return f"host:{island}.{h}"
 
 
-def build_graph(fleet: FleetConfig, store_gbps: float) -> nx.DiGraph:
+def build_graph(fleet: FleetSpec) -> nx.DiGraph:
+    """The topology with its capacities (already +inf where fleet.unlimited names them: models.spec.run)."""
     g = nx.DiGraph()
-    unl = set(fleet.unlimited)
-    nic = math.inf if "nic" in unl else fleet.nic_gbps
-    sw = math.inf if "links" in unl else fleet.switch_gbps
-    wan = math.inf if "links" in unl else fleet.interisland_gbps * fleet.wan_efficiency
+    nic, sw, wan = fleet.nic_gbps, fleet.switch_gbps, fleet.wan_gbps
     g.add_node("wan", kind="core")
     g.add_node("store", kind="storage")
-    g.add_edge("wan", "store", capacity=math.inf if "storage" in unl else store_gbps, kind="storage")
+    g.add_edge("wan", "store", capacity=fleet.store_gbps, kind="storage")
     for i in range(fleet.islands):
         s = f"switch:{i}"
         g.add_node(s, kind="switch", island=i)
@@ -55,7 +51,7 @@ def route(g: nx.DiGraph, src: str, dst: str) -> list[tuple[str, str]]:
     return list(zip(path[:-1], path[1:]))
 
 
-def ring_allreduce_flows(fleet: FleetConfig, shard_bytes: float) -> list[tuple[str, str, float]]:
+def ring_allreduce_flows(fleet: FleetSpec, shard_bytes: float) -> list[tuple[str, str, float]]:
     """(src, dst, gigabits) for every flow of one ring all-reduce across islands."""
     n = fleet.islands
     if n < 2:

@@ -16,9 +16,8 @@ import yaml
 
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.output import requests_csv
-from wadiloco.models.cotenant import resolve_profile
 from wadiloco.models.engine.latency import LatencyModel
-from wadiloco.models.engine.profiles import model_fit
+from wadiloco.models.engine.profiles import load_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.results.invariants import InvariantError
 from wadiloco.models.spec.load import load_scenario, scenario_from_dict, with_overrides
@@ -219,7 +218,7 @@ def test_profile_model_reproduces_the_fit_batch_latency():
         horizon_s=60.0,
         slo={"e2e_s": 1.0},
     )
-    mf = model_fit(str(resolve_profile(PROFILE, ".", "t")), MODEL)
+    mf = load_profile(PROFILE).model(MODEL)
     l_u = np.mean([fit.fit_run(r).l_u for r in mf.runs])
     res = simulate(sc, 0, check=True)
     q = res.requests
@@ -284,7 +283,7 @@ def _batch_run():
 
 
 def sc_resolved(sc):
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
 
     return resolve(sc)
 

@@ -19,7 +19,8 @@ import pytest
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.results.metrics import LABEL_COLUMNS
-from wadiloco.models.spec.load import load_scenario, resolve, scenario_from_dict, with_overrides
+from wadiloco.models.spec.load import load_scenario, scenario_from_dict, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
 from wadiloco.models.workload.kinds import Arrivals

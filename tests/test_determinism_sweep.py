@@ -70,7 +70,8 @@ def test_invariant_switch_is_on_in_the_suite(monkeypatch):
     explicit check=False still wins, and the variable set to 0 leaves the scenario's choice."""
     from sweep_helpers import ROOT
 
-    from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+    from wadiloco.models.spec.load import load_scenario, with_overrides
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim.fleet import Fleet
 
     assert os.environ.get("WADILOCO_CHECK_INVARIANTS") == "1"

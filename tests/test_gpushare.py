@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.spec.load import resolve, scenario_from_dict, with_overrides
+from wadiloco.models.spec.load import scenario_from_dict, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.training.interference import default_weights
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import Fleet, simulate

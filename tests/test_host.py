@@ -11,6 +11,7 @@ import simpy
 
 from wadiloco.models.engine.latency import load_calibration
 from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.spec.resolve import fleet_spec
 from wadiloco.models.training.host import default_oversubscription, wait_sf
 from wadiloco.models.training.interference import measured_ratio
 from wadiloco.sim.fleet import simulate
@@ -69,7 +70,7 @@ def _host(cores, engines=1, **fleet):
     from wadiloco.sim.fabric import Fabric
 
     paths = [Fabric(env, f"p{k}").link("cpu", 1.0) for k in range(engines)]
-    return env, HostCpu(env, "h", sc, paths, engines, False, 0)
+    return env, HostCpu(env, "h", fleet_spec(sc), paths, engines, False, 0)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +142,7 @@ def test_checkpoint_serialisers_are_runnable_threads():
     sc["merge"]["serialize_threads"] = 12
     sc.update(horizon_s=40)
     sc["policy"]["params"] = {"H": 32}  # a merge at 16 s
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim.fleet import Fleet
 
     f = Fleet(resolve(scenario_from_dict(sc)), 2)

@@ -175,12 +175,12 @@ def _reference_observation(fleet, step) -> Observation:
         signals.append(
             LearnerSignals(
                 fleet.progress.dloss_if_merged(stale) / len(tr.island_step),
-                stale * fleet.sc.training.tokens_per_step,
+                stale * fleet.spec.training.tokens_per_step,
                 stale,
             )
         )
     counts = np.asarray(mon.tl["arrivals"], dtype=float)
-    n = max(1, int(round(fleet.sc.monitor.pressure_window_s / mon.bin_s)))
+    n = max(1, int(round(fleet.spec.monitor.pressure_window_s / mon.bin_s)))
     recent = counts[-n:]
     rate = float(recent.sum() / (len(recent) * mon.bin_s)) if len(recent) else 0.0
     admitted = [int(np.count_nonzero(~np.isnan(s.admitted))) for s in fleet.sidecars]
@@ -188,7 +188,7 @@ def _reference_observation(fleet, step) -> Observation:
     queue = sum(int(np.searchsorted(s.t_arr, now, side="right")) - a for s, a in zip(fleet.sidecars, admitted))
     running = sum(a - f for a, f in zip(admitted, finished))
     cap_total = (fleet.capacity_rps or 0.0) * len(fleet.sidecars)
-    slots = max(1, fleet.sc.engine.max_num_seqs * len(fleet.sidecars))
+    slots = max(1, fleet.spec.engine.max_num_seqs * len(fleet.sidecars))
     occ = [(q + r) / slots for q, r in zip(mon.tl["queue"][-n:], mon.tl["running"][-n:])]
     p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
 
@@ -202,9 +202,9 @@ def _reference_observation(fleet, step) -> Observation:
         step=step,
         last_merge_step=last,
         merges=len(done),
-        h_min=fleet.sc.merge.h_min,
-        h_max=fleet.sc.merge.h_max,
-        step_time_s=fleet.sc.training.step_time_s,
+        h_min=fleet.spec.monitor.h_min,
+        h_max=fleet.spec.monitor.h_max,
+        step_time_s=fleet.spec.training.step_time_s,
         learners=tuple(signals),
         p_net=min(1.0, window_mean("p_net")),
         p_srv=p_srv,
@@ -226,7 +226,7 @@ def _reference_observation(fleet, step) -> Observation:
     ],
 )
 def test_observe_equals_a_fresh_computation(name, policy, params):
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim.fleet import Fleet
 
     sc = with_overrides(
@@ -266,7 +266,7 @@ def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
     """An engine asks its speeds at every step while merge work presses on its links; the answer is
     kept per fabric generation. At every call it equals the uncached answer, most calls are answered
     from the cache, and a run without the cache gives the same requests."""
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim import engine
     from wadiloco.sim.fleet import Fleet
 
@@ -305,7 +305,7 @@ def test_cached_speeds_equal_a_fresh_computation(monkeypatch, extra):
             assert np.array_equal(a.requests[k], other.requests[k], equal_nan=a.requests[k].dtype.kind == "f"), k
 
 
-# ---- sim/merge.py next_work_at: the lookahead during a merge -------------------------------------------
+# ---- sim/merge.py next_touch_at: the lookahead during a merge -------------------------------------------
 
 MERGE_CASES = {
     "same_host": {},
@@ -319,9 +319,9 @@ MERGE_CASES = {
 @pytest.mark.parametrize("extra", list(MERGE_CASES.values()), ids=list(MERGE_CASES))
 def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, extra):
     """While merge work is on the links the engines book iterations up to the merge's next job
-    completion or fixed-duration end (MergeExecutor.next_work_at), where they once yielded at every
+    completion or fixed-duration end (MergeExecutor.next_touch_at), where they once yielded at every
     step (the source said -inf): the same requests, timeline and merges, with fewer SimPy events."""
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim import merge
     from wadiloco.sim.fleet import Fleet
 
@@ -334,13 +334,13 @@ def test_engines_run_ahead_during_a_merge_to_its_next_completion(monkeypatch, ex
         return res, next(f.env._eid)
 
     a, events = run()
-    bounded = merge.MergeExecutor.next_work_at
+    bounded = merge.MergeExecutor.next_touch_at
 
     def unbounded(self):
         t = bounded(self)
         return -math.inf if self.active or self.ckpt.busy or self._running else t
 
-    monkeypatch.setattr(merge.MergeExecutor, "next_work_at", unbounded)
+    monkeypatch.setattr(merge.MergeExecutor, "next_touch_at", unbounded)
     b, events_before = run()
     assert a.summary["merges"] >= 2
     for k in a.requests:

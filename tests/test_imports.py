@@ -117,3 +117,47 @@ def test_the_cycle_finder_can_fire():
 def test_leaf_modules_import_only_errors(leaf):
     # models.spec.files (bounded reads of regular files) is itself a leaf over models.errors
     assert GRAPH[leaf] <= {"wadiloco.models.errors", "wadiloco.models.spec.files"}, GRAPH[leaf]
+
+
+# ---- a scenario is resolved once: past models.spec, nothing sees a `Scenario` ---------------------------
+# The simulation (sim/) and every model outside models/spec receive typed sub-specs (models.spec.run
+# RunSpec); only the code that reads and edits scenario files names the class: models/spec itself, the
+# command line (the commands, --set overrides, provenance, capacity searches, sweep planning, the
+# reference pages generated from the schema), the benchmarks (scripts that load and edit scenarios as
+# the command line does) and the tests.
+SCENARIO_READERS = (
+    "models/spec/",
+    "experiments/cli.py",
+    "experiments/commands.py",
+    "experiments/overrides.py",
+    "experiments/planning_cli.py",
+    "experiments/provenance.py",
+    "experiments/capacity.py",
+    "experiments/sweep/plan.py",
+    "experiments/reference.py",
+    "benchmarks/",
+)
+
+
+def scenario_users(paths) -> list[str]:
+    """Where a source file names `Scenario`: imports it, or reads it off a module (`spec.Scenario`)."""
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = isinstance(node, ast.ImportFrom) and any(a.name == "Scenario" for a in node.names)
+            if named or (isinstance(node, ast.Attribute) and node.attr == "Scenario"):
+                out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{node.lineno}")
+    return out
+
+
+def test_no_scenario_past_resolution():
+    core = [p for p in MODULES.values() if not str(p.relative_to(ROOT)).startswith(SCENARIO_READERS)]
+    assert any("sim/" in str(p) for p in core) and any("models/engine/" in str(p) for p in core)
+    assert not scenario_users(core), "resolve it (models.spec.resolve) and pass a sub-spec instead"
+
+
+def test_the_scenario_check_fires(tmp_path):
+    (tmp_path / "a.py").write_text("from wadiloco.models.spec.scenario import MERGE_PHASES, Scenario\n")
+    (tmp_path / "b.py").write_text("import wadiloco.models.spec.load as L\nx: L.Scenario\n")
+    (tmp_path / "c.py").write_text("from wadiloco.models.spec.run import RunSpec\n")
+    assert scenario_users([tmp_path / n for n in ("a.py", "b.py", "c.py")]) == ["a.py:1", "b.py:2"]

@@ -20,8 +20,9 @@ from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.results import invariants as inv
 from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.workload.kinds import Arrivals
-from wadiloco.sim.build import engine_kv
+from wadiloco.sim.build import kv_pool
 from wadiloco.sim.engine import Sidecar
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import simulate
@@ -130,6 +131,10 @@ def test_pool_from_memory():
     with pytest.raises(ValueError, match="no room for a KV block"):
         pool_blocks(16e9, 0.9, 16.06e9, 0.0, 16 * per_token)
     sc = load_scenario(ROOT / "scenarios" / "bursty.yaml")
+
+    def engine_kv(sc, s):
+        return kv_pool(resolve(sc).engine.pool(s))
+
     assert engine_kv(sc, 0) is None  # the default: unlimited
     assert engine_kv(with_overrides(sc, {"engine.gpu_memory_gb": 141.0}), 0).pool == 52852
     gpu = with_overrides(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.spec.load import from_dict, scenario_from_dict
+from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.spec.resolve import from_dict
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
@@ -28,7 +29,7 @@ def _fleet(merge: dict | None = None, fleet: dict | None = None, **extra) -> Fle
         **extra,
     }
     r = from_dict(d)
-    return Fleet(r, seed=0, arrivals=[NO_REQUESTS] * r.scenario.fleet.n_sidecars)
+    return Fleet(r, seed=0, arrivals=[NO_REQUESTS] * r.fleet.n_sidecars)
 
 
 def _phase(f: Fleet, phase: str, until: float = 1e4) -> tuple[float, float]:
@@ -75,12 +76,10 @@ def test_serialisation_no_longer_scales_with_wan_bandwidth():
 
 @pytest.mark.parametrize("threads", [1, 4])
 def test_each_thread_presses_on_the_cpu_paths_while_it_serialises(threads):
-    from wadiloco.sim.merge import resolve_weights
-
     f = _fleet({"serialize_threads": threads})
     ser_s = SHARD_GBITS / (5.6 * threads)
     _phase(f, "ckpt", until=1.0 + ser_s / 2)
-    w = resolve_weights(f.sc).host_ckpt
+    w = f.spec.merge.weights.host_ckpt
     weights = [j.weight for hr in f.res.hosts for c in hr.cpu_paths() for j in c.jobs]
     assert weights == pytest.approx([w * threads] * 2, rel=1e-12)  # one CPU path per host (1 sidecar)
     f.env.run(until=1.0 + ser_s * 1.001)
@@ -97,7 +96,7 @@ def test_async_merge_waits_only_for_the_staging_and_the_write_continues_behind()
     assert end - start == pytest.approx(STAGE_S, rel=1e-9)  # training resumes after the staging
     # the write is still on the links: it bounds the engines' lookahead at its next completion
     nxt = f.res.next_timer_at()
-    assert f.merge.ckpt.busy and f.env.now < nxt < float("inf") and f.merge.next_work_at() == nxt
+    assert f.merge.ckpt.busy and f.env.now < nxt < float("inf") and f.merge.next_touch_at() == nxt
     f.env.run(until=1e4)
     assert not f.merge.ckpt.busy
     # the background's host pressure starts when the staging ends and lasts its work, not the write
@@ -164,7 +163,7 @@ def _round(f: Fleet) -> list:
     def go():
         yield f.env.timeout(1.0)
         rec.start = f.env.now
-        yield from f.merge.stream_round(rec, f.sc.merge.phases, f.sc.training.step_time_s)
+        yield from f.merge.stream_round(rec, f.spec.merge.phases, f.spec.training.step_time_s)
         rec.end = f.env.now
 
     f.env.process(go())

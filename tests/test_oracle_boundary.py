@@ -17,7 +17,8 @@ from policy_cases import corridor_params, registered
 from wadiloco.models.policies import POLICIES, make_policy
 from wadiloco.models.policies.base import FutureView, PolicyContext, WhatIf
 from wadiloco.models.routers import ROUTERS
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 

@@ -26,7 +26,8 @@ import wadiloco.sim.build as build
 import wadiloco.sim.engine as engine
 import wadiloco.sim.monitor as monitor
 from wadiloco.benchmarks.bursty import KV, event_mark, processed_events
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]

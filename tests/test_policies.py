@@ -18,7 +18,8 @@ from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES, make_policy, parse_policy
 from wadiloco.models.policies.base import NEVER, LearnerSignals, Observation, PolicyContext
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

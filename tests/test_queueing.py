@@ -28,7 +28,8 @@ from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.latency import LatencyModel
-from wadiloco.models.spec.load import Scenario, load_scenario, read_yaml, resolve, scenario_from_dict, with_overrides
+from wadiloco.models.spec.load import Scenario, load_scenario, read_yaml, scenario_from_dict, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet, simulate
 
@@ -126,7 +127,7 @@ def run_mm1(t: np.ndarray, prompt: np.ndarray, fast_forward: bool = True):
     assert prompt.max() < sc.engine.max_num_batched_tokens  # no chunking
     arr = Arrivals(t, prompt, np.ones(len(t), dtype=np.int64))
     fleet = Fleet(resolve(sc), 0, arrivals=[arr], latency=latency(b=B))
-    assert fleet.host_s == 0.0
+    assert fleet.spec.engine.host_s == 0.0
     return fleet.run()
 
 
@@ -413,10 +414,10 @@ def test_engine_matches_reference(engine, fast_forward):
         arr.t,
         arr.prompt,
         arr.output,
-        fleet.lat,
+        fleet.spec.engine.latency,
         max_num_seqs=sc.engine.max_num_seqs,
         max_num_batched_tokens=sc.engine.max_num_batched_tokens,
-        host_s=fleet.host_s,
+        host_s=fleet.spec.engine.host_s,
         until=sc.horizon_s + sc.drain_s,
         **reference_step(sc.engine),
     )

@@ -16,7 +16,8 @@ import pytest
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import make_policy
 from wadiloco.models.policies.base import PolicyContext
-from wadiloco.models.spec.load import resolve, scenario_from_dict
+from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.testbed.harness import TRACE_LENGTHS, run_harness, write_events
 from wadiloco.sim.fleet import simulate
 

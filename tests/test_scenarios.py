@@ -194,6 +194,24 @@ def _count_calls(monkeypatch, module, name: str) -> list:
     return calls
 
 
+def test_loading_a_scenario_fits_no_profile(monkeypatch):
+    """Validation looks an engine profile's model and co-tenant entry up by name and fits nothing;
+    the run's resolution fits it (once per file content: models.engine.profiles)."""
+    from wadiloco.models.engine import profiles
+    from wadiloco.models.spec import resolve as R
+
+    def fitted(*_a, **_k):
+        raise AssertionError("fitted")
+
+    for where in (profiles, R):
+        monkeypatch.setattr(where, "load_profile", fitted)
+    monkeypatch.setattr(profiles, "fit_profile", fitted)
+    sc = load_scenario(ROOT / "scenarios" / "testbed" / "stage11_sync.yaml")  # engine.model, cotenant.profile_entry
+    assert sc.engine.model is not None and sc.cotenant.profile_entry is not None
+    with pytest.raises(AssertionError, match="fitted"):
+        R.resolve(sc)
+
+
 def test_a_run_resolves_its_scenario_once(tmp_path, monkeypatch):
     """`wadiloco run` of a trace replay reads the trace once and validates the workload and the
     policy once; summary.json says what ran. Re-validating the scenario (as sweeps and capacity

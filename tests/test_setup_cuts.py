@@ -13,9 +13,8 @@ import pytest
 
 import wadiloco.models.results.metrics as M
 import wadiloco.sim.build as build
-from wadiloco.models.engine.latency import default_latency
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
-from wadiloco.sim.merge import resolve_weights
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,8 +135,7 @@ def _resolved(**overrides):
 
 
 def _arrivals(r, seed):
-    host_s = build.engine_host_s(r.scenario, resolve_weights(r.scenario))
-    return build.make_arrivals(r, seed, default_latency(r.scenario.engine.latency), host_s)
+    return build.make_arrivals(r, seed)
 
 
 def test_arrivals_shared_only_between_runs_of_the_same_draw(monkeypatch):

@@ -11,7 +11,8 @@ import pytest
 from shipped import SCENARIOS, load_shipped
 
 from wadiloco.experiments import runner
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,17 +5,19 @@
 - in sample, every run the profile covers is reproduced within the issue's tolerances (requests 2%,
   p50/p95 5%, targeted-run ratios 5%); the anomalous 1.5B c = 4 run is not explained by the twin,
   and the test says so by showing its correlation is far off;
-- the profile's numbers follow from the fit, and bad profiles are input errors.
+- the profile's numbers follow from the fit, and bad profiles are input errors;
+- a profile is fitted once per file content and kept on disk; a corrupt or stale entry is refitted.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import yaml
 
-from wadiloco.models.engine.profiles import ProfileSpec, fit_profile, load_profile
+from wadiloco.models.engine.profiles import ProfileSpec, fit_profile, load_profile, profile_path
 from wadiloco.models.errors import InputError
 from wadiloco.models.testbed import fit, fluid
 
@@ -129,3 +131,60 @@ def test_a_stale_store_is_ignored(monkeypatch):
     finally:
         monkeypatch.undo()
         fit._stored.cache_clear()
+
+
+# ---- one fit per profile content, kept on disk ---------------------------------------------------------
+
+
+def _fits_counted(monkeypatch) -> list[str]:
+    """Clear this process's loaded profiles and count the fits from now on."""
+    from wadiloco.models.engine import profiles
+
+    monkeypatch.setattr(profiles, "_LOADED", {})
+    calls: list[str] = []
+    real = profiles.fit_profile
+    monkeypatch.setattr(profiles, "fit_profile", lambda spec, src: calls.append(src) or real(spec, src))
+    return calls
+
+
+def test_a_profile_is_fitted_once_per_content_and_read_back_from_disk(tmp_path, monkeypatch):
+    from wadiloco.models.engine import profiles
+
+    monkeypatch.setenv(profiles.CACHE_ENV, str(tmp_path / "cache"))
+    mine = tmp_path / "mine.yaml"
+    mine.write_bytes(profile_path("b200_vllm0102_eager").read_bytes())
+    calls = _fits_counted(monkeypatch)
+    first = load_profile(mine)
+    assert calls == [str(mine)] and len(list((tmp_path / "cache" / "profiles").glob("*.json"))) == 1
+    monkeypatch.setattr(profiles, "_LOADED", {})  # a new process: the disk entry, no fit
+    again = load_profile(mine)
+    assert calls == [str(mine)]
+    assert again.models == first.models and again.cotenants == first.cotenants  # bit for bit (JSON floats)
+    assert again.relative_slope == first.relative_slope
+    mine.write_text(mine.read_text().replace("batch_slope:", "batch_slope_scale: 2.0\nbatch_slope:"))
+    edited = load_profile(mine)  # another content: fitted again
+    assert len(calls) == 2 and edited.relative_slope == 2.0 * first.relative_slope
+
+
+@pytest.mark.parametrize("entry", ["{not json", '{"format": 1, "key": "another"}', "[]"])
+def test_a_corrupt_or_stale_cache_entry_is_refitted(tmp_path, monkeypatch, entry):
+    from wadiloco.models.engine import profiles
+
+    monkeypatch.setenv(profiles.CACHE_ENV, str(tmp_path))
+    calls = _fits_counted(monkeypatch)
+    good = load_profile("b200_vllm0102_eager")
+    (path,) = (tmp_path / "profiles").glob("*.json")
+    path.write_text(entry)
+    monkeypatch.setattr(profiles, "_LOADED", {})
+    refit = load_profile("b200_vllm0102_eager")
+    assert len(calls) == 2 and refit.models == good.models and refit.cotenants == good.cotenants
+    assert json.loads(path.read_text())["key"] == path.stem  # the entry was replaced
+
+
+def test_an_unwritable_cache_is_no_error(tmp_path, monkeypatch):
+    from wadiloco.models.engine import profiles
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(profiles.CACHE_ENV, str(tmp_path / "file"))  # profiles/ cannot be made under a file
+    calls = _fits_counted(monkeypatch)
+    assert load_profile("b200_vllm0102_eager").cotenant("matmul_6144x20") > 0 and len(calls) == 1

@@ -12,7 +12,7 @@ import yaml
 
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.overrides import apply_sets, load_with_sets, parse_sets
-from wadiloco.models.spec.load import load
+from wadiloco.models.spec.load import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = str(ROOT / "scenarios" / "bursty.yaml")
@@ -34,8 +34,8 @@ def test_set_changes_fields_like_the_yaml(tmp_path):
     data.setdefault("engine", {})["cuda_graphs"] = False
     f = tmp_path / "bursty.yaml"
     f.write_text(yaml.safe_dump(data))
-    assert r.scenario.model_dump() == load(f).scenario.model_dump()
-    assert r.scenario.digest() != load(BURSTY).scenario.digest()
+    assert r.model_dump() == load_scenario(f).model_dump()
+    assert r.digest() != load_scenario(BURSTY).digest()
     assert apply_sets({"a": 1}, [("b.c", 2)]) == {"a": 1, "b": {"c": 2}}
 
 

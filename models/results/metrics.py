@@ -177,19 +177,6 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
 
 
-def add_labels(r: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Add label columns (in the table's row order) to a request table; no other column changes."""
-    unknown = set(labels) - set(LABEL_COLUMNS)
-    if unknown:
-        raise ValueError(f"not a label column: {sorted(unknown)}")
-    for k in LABEL_COLUMNS:
-        if k in labels:
-            if len(labels[k]) != len(r["arrival"]):
-                raise ValueError(f"label {k}: {len(labels[k])} values for {len(r['arrival'])} requests")
-            r[k] = np.asarray(labels[k])
-    return r
-
-
 def testbed_figures(r: dict[str, np.ndarray], merges: int) -> dict[str, Any]:
     """The testbed's own summary of a labelled run (models.testbed.metrics.summarize: request-weighted
     percentiles, bins read at batch start), over completed requests, plus `slo_pct`: the share of all

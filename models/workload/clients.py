@@ -198,6 +198,11 @@ class UsersLoop(_Loop):
                 raise InvariantError(f"closed loop: user {u} had two requests out (or sent at/after the horizon)")
 
 
+def tag_column(client) -> str:
+    """The request-table column a closed loop's tags go to: `batch` or `user`."""
+    return "batch" if isinstance(client, BatchLoop) else "user"
+
+
 class ThinkTimes:
     """Per-user think times: constant, or exponential from a stream per user (drawn in blocks), so a
     user's k-th think time is the same in every run on the seed (common random numbers)."""
