@@ -7,6 +7,7 @@ copies), is sim.gpushare's (fleet.gpu_sharing).
 
 from __future__ import annotations
 
+from wadiloco.models.network.collective import ring_latency_s
 from wadiloco.models.spec.scenario import Scenario
 from wadiloco.models.training.interference import InterferenceWeights, default_weights
 from wadiloco.sim.checkpoint import Checkpointer, hold
@@ -58,6 +59,7 @@ class MergeExecutor:
         self._timeouts: list[float] = []  # instants merge work of a fixed duration ends (host codec passes)
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
         self._paths: dict[tuple[str, str], tuple[Link, ...]] = {}  # (src, dst) -> `_path`'s links (a static graph)
+        self._set_up = False  # the run's first all-reduce has paid merge.allreduce_setup_s
 
     def next_work_at(self) -> float:
         """A lookahead source. While a phase or a background save runs, merge work is on the engines'
@@ -113,7 +115,35 @@ class MergeExecutor:
             return [self.env.process(self._compressed_allreduce(frac))]
         return self._ring(self._per_host(frac) * m.pseudo_grad_bytes_per_param)
 
-    def _ring(self, shard_bytes: float) -> list[Job]:
+    def _ring(self, shard_bytes: float) -> list:
+        """A ring all-reduce of each host's shard: its fixed time (the ring steps' latency of every
+        call, and the set-up on the run's first all-reduce: models.network.collective), then its flows."""
+        wait = self._ring_wait()
+        if wait <= 0:
+            return self._ring_flows(shard_bytes)
+        return [self.env.process(self._waited_ring(wait, shard_bytes))]
+
+    def _ring_wait(self) -> float:
+        m, n = self.sc.merge, self.sc.fleet.islands
+        if n < 2:
+            return 0.0
+        wait = ring_latency_s(n, m.allreduce_calls, m.ring_step_latency_s)
+        if not self._set_up:
+            self._set_up = True
+            wait += m.allreduce_setup_s
+        return wait
+
+    def _waited_ring(self, wait: float, shard_bytes: float):
+        end = self.env.now + wait  # (the instant SimPy fires the timeout at): a bound while it runs
+        self._timeouts.append(end)
+        self.bound_changed()
+        yield self.env.timeout(wait)
+        self._timeouts.remove(end)
+        pending = [e for e in map(_event, self._ring_flows(shard_bytes)) if not e.triggered]
+        if pending:
+            yield self.env.all_of(pending)
+
+    def _ring_flows(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
         with net.batch():
             flows = [

@@ -3,8 +3,9 @@
 Nodes: `host:i.h` (one NIC each), `switch:i` (an island's switch), `wan` (the inter-island core),
 `store` (checkpoint storage, reached from the WAN core). Edges are directed (links are full
 duplex) and carry a capacity in Gb/s: NIC = nic_gbps, switch backplane, island uplink =
-interisland_gbps * wan_efficiency. Each edge becomes one `Link` in the network fabric, so flows
-that share an edge share its bandwidth.
+interisland_gbps * wan_efficiency (`auto`: the share a socket ring all-reduce gets of a link at
+that rate, models.network.collective). Each edge becomes one `Link` in the network fabric, so
+flows that share an edge share its bandwidth.
 
 All-reduce of the pseudo-gradient across islands is a ring: host h of island i sends its shard's
 ring traffic, 2(n-1)/n of its shard (the standard ring all-reduce volume), to host h of island
@@ -17,6 +18,7 @@ import math
 
 import networkx as nx
 
+from wadiloco.models.network.collective import link_efficiency
 from wadiloco.models.spec.scenario import FleetConfig
 
 
@@ -29,7 +31,8 @@ def build_graph(fleet: FleetConfig, store_gbps: float) -> nx.DiGraph:
     unl = set(fleet.unlimited)
     nic = math.inf if "nic" in unl else fleet.nic_gbps
     sw = math.inf if "links" in unl else fleet.switch_gbps
-    wan = math.inf if "links" in unl else fleet.interisland_gbps * fleet.wan_efficiency
+    uplink = fleet.interisland_gbps * link_efficiency(fleet.wan_efficiency, fleet.interisland_gbps)
+    wan = math.inf if "links" in unl else uplink
     g.add_node("wan", kind="core")
     g.add_node("store", kind="storage")
     g.add_edge("wan", "store", capacity=math.inf if "storage" in unl else store_gbps, kind="storage")

@@ -1,13 +1,18 @@
-"""The socket ring all-reduce (models.network.collective): its law and its fits."""
+"""The socket ring all-reduce (models.network.collective): its law, its fits, and the fleet's ring
+over links at r(R) against the closed form."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from wadiloco.models.network import collective as co
+from wadiloco.models.spec.load import from_dict
+from wadiloco.models.workload.kinds import Arrivals
+from wadiloco.sim.fleet import Fleet
 
 # a cluster unlike the measured one, so a fit that returned its defaults would fail
 TRUE = co.CollectiveParams(
@@ -132,3 +137,54 @@ def test_the_parsers_read_nccl_tests_and_iperf3():
     assert co.parse_nccl(doc, "nccl.json") == [(2.0**20, 8.5e9)]
     iperf = {"start": {}, "end": {"sum_sent": {"bits_per_second": 9.6e9}, "sum_received": {"bits_per_second": 9.53e9}}}
     assert co.parse_iperf3(json.dumps(iperf), "i.json") == 9.53e9
+
+
+# ---- the fleet's ring over links at r(R) --------------------------------------------------------
+P = 30_846_720
+
+
+def _ring_fleet(rate_gbps: float, hosts: int = 1, **merge) -> Fleet:
+    d = {
+        "horizon_s": 1e4,
+        "drain_s": 0.0,
+        "fleet": {"islands": 4, "hosts_per_island": hosts, "nic_gbps": 100.0, "interisland_gbps": rate_gbps},
+        "training": {"params": float(P * hosts)},
+        "merge": {"phases": ["allreduce"], "pseudo_grad_bytes_per_param": 4.0, **merge},
+        "policy": {"name": "no_sync"},
+        "workload": {"kind": "normal"},
+    }
+    r = from_dict(d)
+    empty = Arrivals(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return Fleet(r, seed=0, arrivals=[empty] * r.scenario.fleet.n_sidecars)
+
+
+def _allreduces(f: Fleet, n: int) -> list[float]:
+    """Seconds of n all-reduce phases run back to back on the fleet's merge executor."""
+    out = []
+
+    def go():
+        for _ in range(n):
+            t0 = f.env.now
+            yield from f.merge.run_phase("allreduce")
+            out.append(f.env.now - t0)
+
+    f.env.process(go())
+    f.env.run()
+    return out
+
+
+@pytest.mark.parametrize("rate_gbps", [0.05, 0.2, 1.0, 5.0, 25.0])
+def test_the_fleets_ring_over_links_at_r_equals_the_closed_form(rate_gbps):
+    first, second = _allreduces(_ring_fleet(rate_gbps, allreduce_calls=49, allreduce_setup_s=0.7), 2)
+    want = co.allreduce_time(4 * P, 4, rate_gbps * 1e9, co.DEFAULT, calls=49)
+    assert second == pytest.approx(want, rel=1e-9)
+    assert first == pytest.approx(want + 0.7, rel=1e-9)  # the set-up, once a run
+
+
+def test_two_rings_on_one_uplink_share_it_through_the_fabric():
+    """Two hosts an island: two rings over each uplink, each at half its rate: the sharing emerges
+    from the fair-share fabric, nothing multiplies it."""
+    (t,) = _allreduces(_ring_fleet(1.0, hosts=2), 1)
+    ring = co.DEFAULT.ring_rate_bps(1e9) / 2
+    assert t == pytest.approx(1.5 * 8 * 4 * P / ring + co.ring_latency_s(4, 1, co.DEFAULT.alpha_s), rel=1e-9)
+    assert not math.isclose(t, co.allreduce_time(4 * P, 4, 1e9), rel_tol=0.1)

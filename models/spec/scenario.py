@@ -30,7 +30,10 @@ class FleetConfig(Strict):
     nic_gbps: float = Field(100.0, gt=0)
     switch_gbps: float = Field(3200.0, gt=0, description="intra-island switch backplane")
     interisland_gbps: float = Field(25.0, gt=0)
-    wan_efficiency: float = Field(0.6, gt=0, le=1)
+    # The island uplinks' capacity is interisland_gbps x this. auto: the share a socket ring
+    # all-reduce gets of a link at that rate, g * eta(R) (models.network.collective, docs/network.md:
+    # 0.752 at 25 Gb/s); a number overrides it (e.g. a measured NCCL busbw over the link's rate).
+    wan_efficiency: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = "auto"
     # What-if switches: a resource named here has unlimited capacity (no queueing on it).
     # `kv`: the engines' KV-cache pools are unlimited (no blocks, no preemption: engine.kv_blocks).
     unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage", "kv"]] = []
@@ -207,6 +210,14 @@ class MergeConfig(Strict):
     serialize_threads: int = Field(1, ge=1, le=256, description="threads serialising a host's shard")
     pcie_gbps: float = Field(440.0, gt=0, description="per-host GPU<->pinned host staging")
     outer_elements_per_s: float = Field(4.0e10, gt=0, description="fp32 Nesterov update rate, one GPU")
+    # The ring all-reduce's own costs beside its bytes (models.network.collective, docs/network.md):
+    # each call pays 2(islands-1) ring steps of this latency (the socket figure fitted on the
+    # measured cluster, 106 us); a sync of one flat buffer is one call (the measured DiLoCo runs
+    # made ~49, per-tensor); the first all-reduce of a run pays the set-up once (communicators:
+    # 0.72 s measured on a cold start; 0 here, where a scenario is a window of a running job).
+    ring_step_latency_s: float = Field(1.06e-4, ge=0, le=10, description="latency per ring step")
+    allreduce_calls: int = Field(1, ge=1, le=1_000_000, description="collective calls per synchronisation")
+    allreduce_setup_s: float = Field(0.0, ge=0, le=3600, description="one-off cost of the first all-reduce")
     # ---- mitigations a training team can switch on (issue 15 item 4; sim.checkpoint, sim.merge) ----
     # Each default keeps today's merge. async = PyTorch DCP's async_save: the merge blocks only while
     # the shard is staged to pinned host memory over PCIe, then serialisation and the write run in
