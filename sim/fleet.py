@@ -361,7 +361,8 @@ class Fleet:
     def check_invariants(self, req: dict[str, np.ndarray], merges: list[MergeRecord]) -> None:
         counts = [len(a.t) for a in self.arrivals] if self.clients is None else [c.created for c in self.clients]
         inv.check_requests(req, sum(counts))
-        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
+        # (as int: a fleet with no sidecars has an empty request table, whose columns are float)
+        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])].astype(np.int64), minlength=len(self.sidecars))
         for i, s in enumerate(self.sidecars if self.fed is None else ()):
             inv.check_conservation(i, s.counts(self.env.now), counts[i], int(done[i]))
             inv.check_kv(i, s.core)
