@@ -12,9 +12,16 @@ import json
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from wadiloco.models.spec.schema import Strict
+
+
+def _auto_or_fraction(v):
+    """`auto`, or a number in (0, 1]: one message for either mistake (a union's would list both)."""
+    if v == "auto" or (isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1):
+        return v
+    raise ValueError("must be auto or a number in (0, 1]")
 
 
 class FleetConfig(Strict):
@@ -33,7 +40,7 @@ class FleetConfig(Strict):
     # The island uplinks' capacity is interisland_gbps x this. auto: the share a socket ring
     # all-reduce gets of a link at that rate, g * eta(R) (models.network.collective, docs/network.md:
     # 0.752 at 25 Gb/s); a number overrides it (e.g. a measured NCCL busbw over the link's rate).
-    wan_efficiency: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] = "auto"
+    wan_efficiency: Annotated[float | Literal["auto"], BeforeValidator(_auto_or_fraction)] = "auto"
     # What-if switches: a resource named here has unlimited capacity (no queueing on it).
     # `kv`: the engines' KV-cache pools are unlimited (no blocks, no preemption: engine.kv_blocks).
     unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage", "kv"]] = []
