@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,14 @@ def test_calibrate_network_refuses_bad_input_in_one_line(tmp_path, capsys):
     _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", nccl, "--shaped", "5e7")[::2], "--shaped", "RATE=")
     _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", nccl, "--iperf", "-3")[::2], "--iperf")
     _one_line_error(*_cli(capsys, "calibrate", "--nccl", nccl)[::2], "--nccl", "calibrate network")
+
+
+def test_a_bad_ddp_file_is_one_line_and_exit_2_across_a_real_process(tmp_path):
+    ddp = _write(tmp_path, "ddp.json", json.dumps({"runs": [{"rate_bps": 1e9}]}))
+    argv = ["calibrate", "network", "--nccl", str(EXAMPLE / "nccl.json"), "--ddp", str(ddp)]
+    r = subprocess.run([sys.executable, "-m", "wadiloco.experiments.cli", *argv], capture_output=True, text=True)
+    _one_line_error(r.returncode, r.stderr, "ddp.json", "runs[0].sync_blocked_per_step_s")
+    assert r.stdout == ""
 
 
 def _table(text: str, header: str) -> list[list[str]]:
