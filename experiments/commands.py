@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from wadiloco.experiments.network_cli import add_network_args, cmd_calibrate_network, network_flags_given
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.schema import MAX_INT
@@ -34,14 +35,20 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("calibrate", help="print the fitted latency model and interference weights, or a profile's fit")
+    p = sub.add_parser(
+        "calibrate",
+        help="print the fitted latency model and interference weights, or a profile's fit, or (`calibrate network`) "
+        "fit the network's all-reduce to iperf3 and NCCL measurements",
+    )
     p.add_argument(
         "profile",
         nargs="?",
-        help="an engine profile (packaged name or YAML path) to fit and print, e.g. b200_vllm0102_eager",
+        help="an engine profile (packaged name or YAML path; ./network for a file of that name) to fit and print, "
+        "e.g. b200_vllm0102_eager; or `network`",
     )
     p.add_argument("--file", help="calibration JSON (default: the packaged H200 measurements)")
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    add_network_args(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("policies", help="list merge policies with their parameters and defaults")
@@ -247,6 +254,11 @@ def cmd_calibrate(args) -> int:
     from wadiloco.models.spec.schema import check_input
     from wadiloco.models.training.interference import fit_weights
 
+    if args.profile == "network":
+        return cmd_calibrate_network(args)
+    if network_flags_given(args):
+        flags = ", ".join(network_flags_given(args))
+        raise InputError(flags, "", "these flags belong to `wadiloco calibrate network`")
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
     if args.file:

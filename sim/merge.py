@@ -45,6 +45,7 @@ class MergeExecutor:
         self._paths: dict[tuple[str, str], tuple[Link, ...]] = {}  # (src, dst) -> `_path`'s links (a static graph)
         for f in res.fabrics:  # while merge work is on the links, its next completion bounds the engines
             f.timer_moved = self.timer_moved
+        self._set_up = False  # the run's first all-reduce has paid merge.allreduce_setup_s
 
     def next_touch_at(self) -> float:
         """While a phase or a background save runs, merge work is on the engines'
@@ -101,7 +102,32 @@ class MergeExecutor:
             return [self.env.process(self._compressed_allreduce(frac))]
         return self._ring(m.shard(frac) * m.pseudo_grad_bytes_per_param)
 
-    def _ring(self, shard_bytes: float) -> list[Job]:
+    def _ring(self, shard_bytes: float) -> list:
+        """A ring all-reduce of each host's shard: its fixed time (the ring steps' latency of every
+        call, and the set-up on the run's first all-reduce: models.network.collective), then its flows."""
+        wait = self._ring_wait()
+        if wait <= 0:
+            return self._ring_flows(shard_bytes)
+        return [self.env.process(self._waited_ring(wait, shard_bytes))]
+
+    def _ring_wait(self) -> float:
+        wait = self.m.ring_wait_s
+        if not self._set_up and self.fleet.islands > 1:
+            self._set_up = True
+            wait += self.m.allreduce_setup_s
+        return wait
+
+    def _waited_ring(self, wait: float, shard_bytes: float):
+        end = self.env.now + wait  # (the instant SimPy fires the timeout at): a bound while it runs
+        self._timeouts.append(end)
+        self.bound_changed()
+        yield self.env.timeout(wait)
+        self._timeouts.remove(end)
+        pending = [e for e in map(_event, self._ring_flows(shard_bytes)) if not e.triggered]
+        if pending:
+            yield self.env.all_of(pending)
+
+    def _ring_flows(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
         with net.batch():
             flows = [

@@ -3,7 +3,8 @@
 Nodes: `host:i.h` (one NIC each), `switch:i` (an island's switch), `wan` (the inter-island core),
 `store` (checkpoint storage, reached from the WAN core). Edges are directed (links are full
 duplex) and carry a capacity in Gb/s: NIC = nic_gbps, switch backplane, island uplink =
-interisland_gbps * wan_efficiency. Each edge becomes one `Link` in the network fabric, so flows
+interisland_gbps * wan_efficiency (`auto`: the share a socket ring all-reduce gets of a link at
+that rate, models.network.collective). Each edge becomes one `Link` in the network fabric, so flows
 that share an edge share its bandwidth.
 
 All-reduce of the pseudo-gradient across islands is a ring: host h of island i sends its shard's

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wadiloco.models.spec.load import scenario_from_dict
+from wadiloco.models.network.collective import link_efficiency, ring_latency_s
+from wadiloco.models.spec.load import MergeConfig, scenario_from_dict
 from wadiloco.models.training.interference import measured_ratio
 from wadiloco.sim.fleet import simulate
 from wadiloco.sim.probe import slowdown
@@ -87,16 +88,19 @@ def test_merges_slow_serving_only_through_gpu_and_host():
 
 
 # _fleet_sc: 2 islands x 1 host, 1e9 params. All-reduce: one 2 GB shard per host, ring volume
-# 2*(n-1)/n = 1x, 16 Gb per flow; checkpoint: 8 GB = 64 Gb per host, over NIC, uplink, store.
-WAN = 25 * 0.6
+# 2*(n-1)/n = 1x, 16 Gb per flow, then the ring's 2 steps of latency (a property of the collective,
+# not of a resource: no unlimited link takes it away); checkpoint: 8 GB = 64 Gb per host, over NIC,
+# uplink, store. The uplink: 25 Gb/s x g * eta(25 Gb/s) (wan_efficiency auto).
+WAN = 25 * link_efficiency("auto", 25)
+LAT = ring_latency_s(2, 1, MergeConfig().ring_step_latency_s)
 
 
 @pytest.mark.parametrize(
     "unlimited,phase,expected_s",
     [
-        ((), "allreduce", 16 / WAN),  # bounded by the WAN uplink
-        (("links",), "allreduce", 16 / 100),  # then by the 100 Gb/s NIC
-        (("links", "nic"), "allreduce", 0.0),
+        ((), "allreduce", 16 / WAN + LAT),  # bounded by the WAN uplink
+        (("links",), "allreduce", 16 / 100 + LAT),  # then by the 100 Gb/s NIC
+        (("links", "nic"), "allreduce", LAT),
         ((), "ckpt", 64 / 5.6),  # bounded by per-host serialisation (0.7 GB/s)
         (("storage",), "ckpt", 64 / WAN),  # then by the uplink the checkpoint crosses
         (("storage", "links", "nic"), "ckpt", 0.0),
@@ -122,7 +126,8 @@ def test_default_merge_duration_emerges_near_8s():
     assert s["merges"] >= 2
     assert 6.0 <= s["merge_duration_mean_s"] <= 10.0
     ph = s["merge_phase_mean_s"]
-    # ring all-reduce of 1 GB shards over 25 Gb/s x 0.6: 2*(3/4)*8 Gb / 7.5 Gb/s per flow = 1.6 s
-    assert ph["allreduce"] == pytest.approx(1.6, rel=1e-6)
+    # ring all-reduce of 1 GB shards over 25 Gb/s x 0.7523 (auto), two flows an uplink:
+    # 2*(3/4)*8 Gb / 9.404 Gb/s per flow = 1.276 s, plus 6 ring steps of 106 us
+    assert ph["allreduce"] == pytest.approx(12 / (25 * 0.9925 * 0.758 / 2) + 6 * 1.06e-4, rel=1e-6)
     # 4 GB checkpoint shard per host at 0.7 GB/s serialisation
     assert ph["ckpt"] == pytest.approx(4e9 * 8 / 1e9 / 5.6, rel=1e-6)

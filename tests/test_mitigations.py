@@ -22,7 +22,8 @@ def _fleet(merge: dict | None = None, fleet: dict | None = None, **extra) -> Fle
         "name": "mitig",
         "horizon_s": 50.0,
         "drain_s": 0.0,
-        "fleet": {"islands": 2, "hosts_per_island": 1, **(fleet or {})},
+        # the WAN at a fixed efficiency (0.6, an override of `auto`), so uplink rates read off simply
+        "fleet": {"islands": 2, "hosts_per_island": 1, "wan_efficiency": 0.6, **(fleet or {})},
         "merge": merge or {},
         "policy": {"name": "no_sync"},
         "workload": {"kind": "normal"},
@@ -248,7 +249,8 @@ def test_compression_shrinks_the_allreduce_for_two_passes_of_codec_work(monkeypa
     elements = 1e9  # one host per island holds the whole model
     codec_s = elements / 4.0e10  # on the learner GPU, alone there
     assert totals["quantise"] == totals["dequantise"] == pytest.approx(2 * codec_s, rel=1e-12)  # 2 hosts
-    assert e1 - s1 == pytest.approx((e0 - s0) * ratio + 2 * codec_s, rel=1e-9)
+    lat = plain.spec.merge.ring_wait_s  # per call, whatever its bytes
+    assert e1 - s1 == pytest.approx((e0 - s0 - lat) * ratio + lat + 2 * codec_s, rel=1e-9)
 
 
 def test_host_compression_presses_on_the_cpu_for_its_work():

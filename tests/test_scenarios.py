@@ -70,6 +70,9 @@ BAD = [
     ({"policy": {"name": "fixed", "params": {"H": -3}}}, "policy.params.H"),
     ({"policy": {"name": "fixed", "params": {"h": 3}}}, "policy.params.h"),
     ({"monitor": {"sample_s": 0}}, "monitor.sample_s"),
+    ({"fleet": {"wan_efficiency": "fast"}}, "fleet.wan_efficiency"),  # a number in (0, 1] or auto
+    ({"merge": {"allreduce_calls": 0}}, "merge.allreduce_calls"),
+    ({"merge": {"ring_step_latency_s": -1e-4}}, "merge.ring_step_latency_s"),
 ]
 
 

@@ -190,7 +190,8 @@ class Engines(NoExtra):
         self.sidecars, self.counts, self.now = sidecars, counts, now
 
     def check(self, req: Table, merges: Sequence) -> None:
-        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])], minlength=len(self.sidecars))
+        # (as int: a fleet with no sidecars has an empty request table, whose columns are float)
+        done = np.bincount(req["sidecar"][~np.isnan(req["finish"])].astype(np.int64), minlength=len(self.sidecars))
         for i, s in enumerate(self.sidecars):
             inv.check_conservation(i, s.counts(self.now), self.counts[i], int(done[i]))
             inv.check_kv(i, s.core)

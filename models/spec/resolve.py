@@ -22,6 +22,7 @@ from wadiloco.models.engine.latency import default_latency
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
+from wadiloco.models.network.collective import link_efficiency, ring_latency_s
 from wadiloco.models.routers import ROUTERS, parse_router
 from wadiloco.models.spec.load import check_policy_in, checked, policy_choice, scenario_from_dict
 from wadiloco.models.spec.run import (
@@ -161,7 +162,7 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
         pcie_gbps=cap("pcie", m.pcie_gbps),
         nic_gbps=cap("nic", fc.nic_gbps),
         switch_gbps=cap("links", fc.switch_gbps),
-        wan_gbps=cap("links", fc.interisland_gbps * fc.wan_efficiency),
+        wan_gbps=cap("links", fc.interisland_gbps * link_efficiency(fc.wan_efficiency, fc.interisland_gbps)),
         store_gbps=cap("storage", m.checkpoint_gbps),
         serialize_gbps=cap("storage", m.serialize_gbps * m.serialize_threads),
     )
@@ -264,6 +265,10 @@ def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:
         compression_on=m.compression_on,
         compress_gpu_elements_per_s=m.compress_gpu_elements_per_s,
         compress_host_elements_per_s=m.compress_host_elements_per_s,
+        ring_wait_s=ring_latency_s(sc.fleet.islands, m.allreduce_calls, m.ring_step_latency_s)
+        if sc.fleet.islands > 1
+        else 0.0,
+        allreduce_setup_s=m.allreduce_setup_s,
     )
 
 

@@ -47,7 +47,7 @@ class FleetSpec:
     pcie_gbps: float
     nic_gbps: float
     switch_gbps: float
-    wan_gbps: float  # an island uplink: interisland_gbps x wan_efficiency
+    wan_gbps: float  # an island uplink: interisland_gbps x wan_efficiency (auto: models.network.collective)
     store_gbps: float  # the checkpoint store's write path
     serialize_gbps: float  # a host's checkpoint serialisers: per-thread rate x threads
 
@@ -127,6 +127,8 @@ class MergeSpec:
     compression_on: str  # gpu or host
     compress_gpu_elements_per_s: float
     compress_host_elements_per_s: float
+    ring_wait_s: float  # an all-reduce's fixed time: every call's ring steps (models.network.collective)
+    allreduce_setup_s: float  # paid once, by a run's first all-reduce
 
     def shard(self, frac: float = 1.0) -> float:
         """Parameters each host of an island holds a shard of (of the fragment being merged)."""

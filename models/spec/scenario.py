@@ -16,9 +16,16 @@ import json
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from wadiloco.models.spec.schema import Strict
+
+
+def _auto_or_fraction(v):
+    """`auto`, or a number in (0, 1]: one message for either mistake (a union's would list both)."""
+    if v == "auto" or (isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1):
+        return v
+    raise ValueError("must be auto or a number in (0, 1]")
 
 
 class FleetConfig(Strict):
@@ -52,12 +59,12 @@ class FleetConfig(Strict):
     interisland_gbps: float = Field(
         25.0, gt=0, description="Each island's uplink to the WAN core. Unit: Gb/s. Source: design card."
     )
-    wan_efficiency: float = Field(
-        0.6,
-        gt=0,
-        le=1,
-        description="Share of interisland_gbps a transfer achieves (25 x 0.6 = 15 Gb/s effective). Unit: fraction. "
-        "Source: design card.",
+    wan_efficiency: Annotated[float | Literal["auto"], BeforeValidator(_auto_or_fraction)] = Field(
+        "auto",
+        description="Share of interisland_gbps a ring all-reduce achieves. auto: g x eta(R), the share a socket "
+        "ring gets of a link at rate R (models/network/collective.py: 0.752 at 25 Gb/s); a number overrides it "
+        "(e.g. a measured NCCL bus bandwidth over the link's rate; the design card's figure was 0.6). Unit: "
+        "fraction. Source: the measured DiLoCo cluster (docs/network.md).",
     )
     unlimited: list[Literal["gpu", "host", "pcie", "nic", "links", "storage", "kv"]] = Field(
         [],
@@ -427,6 +434,29 @@ class MergeConfig(Strict):
         gt=0,
         description="fp32 Nesterov outer-step rate on one GPU: 81-83 steps of 2e9 elements in 4 s. Unit: "
         "elements/s. Source: H200 calibration (outer_steps).",
+    )
+    ring_step_latency_s: float = Field(
+        1.06e-4,
+        ge=0,
+        le=10,
+        description="Latency of one ring step of the all-reduce; a call takes 2(islands-1) steps (models/network/"
+        "collective.py). Unit: s. Source: the measured DiLoCo cluster (its NCCL curve, docs/network.md).",
+    )
+    allreduce_calls: int = Field(
+        1,
+        ge=1,
+        le=1_000_000,
+        description="Collective calls per synchronisation, each paying the ring's latency: 1 for one staged "
+        "buffer (the measured DiLoCo runs made about 49, per tensor). Unit: calls. Source: the measured "
+        "DiLoCo cluster (docs/network.md); 1 is a project choice.",
+    )
+    allreduce_setup_s: float = Field(
+        0.0,
+        ge=0,
+        le=3600,
+        description="One-off cost of a run's first all-reduce (communicator set-up: 0.72 s on the measured "
+        "cluster's cold start; 0 where a scenario is a window of a running job). Unit: s. Source: "
+        "the measured DiLoCo cluster (docs/network.md).",
     )
     checkpoint_mode: Literal["sync", "async"] = Field(
         "sync",
