@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from wadiloco.models.spec.load import scenario_from_dict
 from wadiloco.models.testbed.metrics import summarize
 from wadiloco.sim.fleet import simulate
 
+ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (23, 29, 31, 37, 41)
 
 
@@ -178,9 +180,7 @@ def test_the_committed_predictions_beside_the_papers_figures():
     """docs/testbed/predictions.json (committed before any comparison) beside SPEC.md's Stage 12-13
     figures: each row says whether the paper's figure lies inside the twin's CI; a cell whose seeds
     all agree reads as such, not as an [x, x] interval."""
-    from pathlib import Path
-
-    preds = json.loads((Path(tt.__file__).resolve().parents[2] / "docs/testbed/predictions.json").read_text())
+    preds = json.loads((ROOT / "docs/testbed/predictions.json").read_text())
     rows = tt.paper_table(preds["predictions"])
     text = "\n".join(rows)
     assert len(rows) == 2 + len(tt.PAPER_FIGURES)
