@@ -21,6 +21,8 @@ from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
 from wadiloco.models.spec.scenario import (
+    PHYSICS_GIVES,
+    SHAPE_FIELDS,
     EngineConfig,
     FleetConfig,
     InterferenceConfig,
@@ -92,6 +94,7 @@ def check_inputs(sc: Scenario, file: object) -> None:
     file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
+    check_engine(sc, file)
     path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
     if path is not None:
         check_refs(path, sc.engine.model, None, file)
@@ -109,6 +112,58 @@ def check_inputs(sc: Scenario, file: object) -> None:
         check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
+
+
+def check_engine(sc: Scenario, file: object) -> None:
+    """The engine's latency law and the fields it reads: a field the law would not use is refused, not
+    ignored; under `physics` the model (a catalogue name, or a config.json read here) and the GPU are
+    looked up and the tensor parallelism checked against the model's heads."""
+    e = sc.engine
+    physics = e.latency == "physics"
+    if e.model is not None and e.profile is None and not physics:
+        raise InputError(
+            file,
+            "engine.model",
+            "names a model of engine.profile, or the served model under engine.latency physics: set one of them",
+        )
+    for name in () if physics else ("gpu", "tensor_parallel"):
+        if getattr(e, name) != EngineConfig.model_fields[name].default:
+            raise InputError(file, f"engine.{name}", "has an effect only under engine.latency physics: set it too")
+    if physics:
+        _check_physics(sc, file)
+    derived = e.kv_blocks is None and (e.gpu_memory_gb is not None or physics)
+    unused = [] if derived else ["gpu_memory_utilization", "activation_gb"] + ([] if physics else ["weights_gb"])
+    pool = e.kv_blocks is not None or e.gpu_memory_gb is not None or physics
+    unused += [] if pool or sc.disagg is not None else list(SHAPE_FIELDS)
+    for name in unused:
+        if getattr(e, name) != EngineConfig.model_fields[name].default:
+            why = "the pool is engine.kv_blocks" if e.kv_blocks is not None else "there is no KV pool"
+            raise InputError(
+                file, f"engine.{name}", f"sizes nothing here ({why}): leave it out, or size the pool from it"
+            )
+
+
+def _check_physics(sc: Scenario, file: object) -> None:
+    from wadiloco.models.engine.catalog import gpu, model
+
+    e = sc.engine
+    if e.model is None or e.gpu is None:
+        raise InputError(file, "engine.latency", "physics needs engine.model and engine.gpu (the model on that GPU)")
+    if e.profile is not None:
+        raise InputError(file, "engine.profile", "engine.latency physics and an engine profile are two laws: give one")
+    for name in PHYSICS_GIVES:
+        if getattr(e, name) != EngineConfig.model_fields[name].default:
+            raise InputError(
+                file, f"engine.{name}", "comes from engine.model and engine.gpu under latency physics: leave it out"
+            )
+    shape = model(e.model, sc.base_dir, "engine.model", file)
+    gpu(e.gpu, "engine.gpu", file)
+    if shape.heads % e.tensor_parallel:
+        raise InputError(
+            file,
+            "engine.tensor_parallel",
+            f"{e.tensor_parallel} does not divide {shape.name}'s {shape.heads} attention heads",
+        )
 
 
 # What validation parsed of each live scenario's free-form blocks, by the scenario's identity: the

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
+from wadiloco.models.engine import catalog
 from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.catalog import GPU, ModelShape
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import default_latency
+from wadiloco.models.engine.physics import PhysicsLaw, default_coefficients
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
@@ -170,13 +173,22 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
 
 def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> EngineSpec:
     e = sc.engine
-    block_bytes = e.kv_block_size * bytes_per_token(
-        e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes
-    )
+    served = served_model(sc)
+    if served is not None:
+        per_token = served[0].kv_bytes_per_gpu_token(e.tensor_parallel)
+    else:
+        per_token = bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
+    block_bytes = e.kv_block_size * per_token
     prefix = prefix_spec(sc)
     kv, holder = kv_specs(sc, block_bytes, prefix)
+    if fit is not None:
+        latency = fit.latency()
+    elif served is not None:
+        latency = PhysicsLaw(*served, e.tensor_parallel, default_coefficients())
+    else:
+        latency = default_latency(e.latency)
     return EngineSpec(
-        latency=fit.latency() if fit is not None else default_latency(e.latency),
+        latency=latency,
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -193,9 +205,41 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
         kv_hold_every=sc.fleet.sidecars_per_host if holder is not kv else 0,
         prefix=prefix,
         block_bytes=block_bytes,
-        kv_bytes_per_token=bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes),
+        kv_bytes_per_token=per_token,
         start_delay_s=fit.start_delay_s if fit is not None else None,
     )
+
+
+def served_model(sc: Scenario) -> tuple[ModelShape, GPU] | None:
+    """The model and GPU of engine.latency physics (models.engine.catalog), or None under another law."""
+    e = sc.engine
+    if e.latency != "physics":
+        return None
+    return catalog.model(e.model, sc.base_dir, "engine.model", sc.source), catalog.gpu(e.gpu, "engine.gpu", sc.source)
+
+
+def physics_pool(sc: Scenario, block_bytes: int) -> int:
+    """vLLM's KV pool for engine.model on engine.gpu (models.engine.catalog.vllm_kv_blocks): its
+    activations estimated, or engine.activation_gb when given, and the non-torch reserve."""
+    e = sc.engine
+    shape, g = served_model(sc)
+    tp = e.tensor_parallel
+    act = (
+        e.activation_gb * 1e9
+        if e.activation_gb
+        else catalog.activation_bytes(shape, tp, e.max_num_batched_tokens, e.max_num_seqs)
+    )
+    blocks, _ = catalog.vllm_kv_blocks(
+        shape, g, tp, e.gpu_memory_utilization, act + catalog.NON_TORCH_BYTES, e.kv_block_size
+    )
+    if blocks < 1:
+        raise InputError(
+            sc.source,
+            "engine.gpu",
+            f"{shape.name}'s weights ({shape.weight_bytes / 1e9:.1f} GB over "
+            f"{tp} GPU(s)) leave no KV block in {g.name}'s memory at utilization {e.gpu_memory_utilization}",
+        )
+    return blocks
 
 
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:
@@ -221,10 +265,13 @@ def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVS
     runs its host's outer step (the host's first GPU, as sim.merge does) keeps the merge buffers out
     of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same."""
     e = sc.engine
-    if (e.kv_blocks is None and e.gpu_memory_gb is None) or "kv" in sc.fleet.unlimited:
+    physics = e.latency == "physics"
+    if (e.kv_blocks is None and e.gpu_memory_gb is None and not physics) or "kv" in sc.fleet.unlimited:
         return None, None
     if e.kv_blocks is not None:
         pool = e.kv_blocks
+    elif physics:
+        pool = physics_pool(sc, block_bytes)
     else:
         gb = 1e9
         pool = pool_blocks(
@@ -233,15 +280,16 @@ def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVS
     reserved = 0
     if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
         reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
-    kv = KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, 0, e.preemption == "swap")
+    watermark = 0.0 if physics else e.kv_watermark  # (vLLM V1 keeps none)
+    kv = KVSpec(pool, e.kv_block_size, watermark, reserved, 0, e.preemption == "swap")
     if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
         return kv, kv
     m = sc.merge
     shard = sc.training.params / sc.fleet.hosts_per_island
     hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
     if e.merge_memory == "always":
-        return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved + hold, 0, kv.swap)
-    return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, hold, kv.swap)
+        return kv, KVSpec(pool, e.kv_block_size, watermark, reserved + hold, 0, kv.swap)
+    return kv, KVSpec(pool, e.kv_block_size, watermark, reserved, hold, kv.swap)
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:

@@ -218,15 +218,33 @@ class EngineConfig(Strict):
     )
     model: str | None = Field(
         None,
-        description="A model of engine.profile: the iteration becomes that profile's fitted GPU law a + d*batch "
+        description="The served model. Under engine.latency physics: a catalogue name or its Hugging Face name "
+        "(Llama-2-7b-hf, Llama-2-70b-hf, CodeLlama-34b-Instruct-hf, Mixtral-8x7B-v0.1, Llama-3-8B, "
+        "Qwen2.5-0.5B/1.5B/3B/7B-Instruct) or a Hugging Face config.json path relative to the scenario. With "
+        "engine.profile: a model of that profile, whose fitted GPU law a + d*batch is the iteration "
         "(host_overhead_s and cuda_graphs unused; prefill tokens cost nothing beyond their iteration). Source: "
-        "the profile's own data.",
+        "model catalogue; the profile's own data.",
     )
-    latency: Literal["linear", "attention"] = Field(
+    latency: Literal["linear", "attention", "physics"] = Field(
         "linear",
         description="The GPU step's latency law: linear = a + b*prefill + c*sum_ctx + d*batch (R^2 0.960); "
-        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%). "
-        "Source: design card (the linear law); H200 calibration (both fits).",
+        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%); "
+        "physics = the step's FLOPs, bytes and all-reduces for engine.model on engine.gpu with "
+        "engine.tensor_parallel, at efficiencies fitted once for every model and GPU (docs/serving_validation.md). "
+        "Source: design card (the linear law); H200 calibration (both fits); vLLM on H100 (physics).",
+    )
+    gpu: str | None = Field(
+        None,
+        description="The serving GPU under engine.latency physics, from the catalogue: H100 SXM, H200, B200, "
+        "A100-80GB or L40S (its peak FLOP/s, memory bandwidth and size, GPU-GPU link). Source: GPU datasheets.",
+    )
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs one engine spans, the model sharded over them, under engine.latency physics: each holds "
+        "1/tensor_parallel of the weights and KV heads, and every layer's two all-reduces cross engine.gpu's "
+        "link. Unit: GPUs. Source: the scenario.",
     )
     kv_blocks: int | None = Field(
         None,
@@ -316,13 +334,18 @@ class EngineConfig(Strict):
                 f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
                 "one token per step"
             )
-        if self.model is not None and self.profile is None:
-            raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
-        if self.preemption != "recompute" and self.kv_blocks is None and self.gpu_memory_gb is None:
+        pool = self.kv_blocks is not None or self.gpu_memory_gb is not None or self.latency == "physics"
+        if self.preemption != "recompute" and not pool:
             raise ValueError("engine.preemption swap preempts KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
-        if self.merge_memory != "none" and self.kv_blocks is None and self.gpu_memory_gb is None:
+        if self.merge_memory != "none" and not pool:
             raise ValueError("engine.merge_memory takes KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         return self
+
+
+# The model shape's KV figures (the pool's block bytes, a disaggregated handoff's bytes per token).
+SHAPE_FIELDS = ("model_layers", "model_kv_heads", "model_head_dim", "kv_dtype_bytes")
+# What engine.latency physics takes from the model and the GPU (a value of the user's would go unused).
+PHYSICS_GIVES = ("model_layers", "model_kv_heads", "model_head_dim", "kv_dtype_bytes", "weights_gb", "gpu_memory_gb")
 
 
 class SLOConfig(Strict):
@@ -928,6 +951,8 @@ OPT_IN_FIELDS = (
     "engine.frontend_per_request_s",
     "engine.frontend_per_token_s",
     "engine.latency",
+    "engine.gpu",
+    "engine.tensor_parallel",
     "merge.serialize_threads",
     "engine.kv_blocks",
     "engine.kv_block_size",
