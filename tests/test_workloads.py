@@ -382,7 +382,7 @@ def test_single_request_trace_cannot_loop(tmp_path):
 @pytest.mark.parametrize(
     "spec,field,text",
     [
-        ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, closed_loop, normal"),
+        ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, closed_loop, loadgen, normal"),
         ({"load": 0.5}, "workload.kind", "known kinds"),
         ({"kind": "normal", "lod": 0.5}, "workload.lod", "unknown field"),
         ({"kind": "normal", "period_s": 60}, "workload.period_s", "unknown field"),
