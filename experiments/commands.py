@@ -277,19 +277,27 @@ def cmd_calibrate(args) -> int:
     else:
         cal = None
         lat, lat_attn, w = fit_latency(), fit_latency(form="attention"), fit_weights()
+    from wadiloco.experiments import serving_cli
+
     if args.json:
         from dataclasses import asdict
 
         out = {"latency": asdict(lat), "latency_attention": asdict(lat_attn), "interference": asdict(w)}
+        if cal is None:
+            out["physics"] = serving_cli.physics_dict()
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0
     print("Serving step latency (GPU part), fitted to the H200 p50 rows (engine.latency: linear | attention):")
     print("  " + lat.describe())
     print("  " + lat_attn.describe())
-    print(f"  {'row':24s} {'measured':>9s} {'linear':>18s} {'attention':>18s}")
-    for (row, y, p1), (_, _, p2) in zip(relative_errors(lat, cal), relative_errors(lat_attn, cal)):
-        cells = " ".join(f"{p * 1e3:9.3f} ({p / y - 1:+6.1%})" for p in (p1, p2))
+    phys, r2 = serving_cli.physics_rows() if cal is None else ([], None)  # (physics: the packaged rows' setup)
+    print(f"  {'row':24s} {'measured':>9s} {'linear':>18s} {'attention':>18s}" + (f" {'physics':>18s}" if phys else ""))
+    for k, ((row, y, p1), (_, _, p2)) in enumerate(zip(relative_errors(lat, cal), relative_errors(lat_attn, cal))):
+        cells = " ".join(f"{p * 1e3:9.3f} ({p / y - 1:+6.1%})" for p in (p1, p2, *phys[k : k + 1]))
         print(f"  {row:24s} {y * 1e3:9.3f} {cells}")
+    if phys:
+        print(f"  physics: R^2 = {r2:.4f} with the shared coefficients below")
+        print("\n".join(serving_cli.physics_lines()))
     print("Interference weights (processor-sharing weight of merge work vs one serving iteration = 1):")
     print(f"  GPU  outer step  {w.gpu_outer:.4f}   (serving keeps 1/(1+w) = {1 / (1 + w.gpu_outer):.3f} of its GPU)")
     print(f"  GPU  staging     {w.gpu_stage:.4f}")
