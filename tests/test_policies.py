@@ -1,4 +1,4 @@
-"""Merge policies (SPEC.md section 3): pressure signals, decision rules on hand-made observations,
+"""Merge policies (docs/model.md): pressure signals, decision rules on hand-made observations,
 the corridor in every regime, matched budgets, errors, the CLI, and the bursty sanity check."""
 
 from __future__ import annotations
