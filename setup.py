@@ -1,4 +1,4 @@
-"""Build the compiled serving core (issue 16): Cython, pure-Python mode, from the project's own sources.
+"""Build the compiled serving core: Cython, pure-Python mode, from the project's own sources.
 
 models/engine/batching.py, kv.py and serving.py stay the one source of the engine's logic, and
 models/network/fairshare.py of the fabric's re-allocations (plain Python; models/*.pxd beside them add C types

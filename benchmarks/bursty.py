@@ -28,7 +28,7 @@ from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"
-# The engine-fidelity variants timed beside the plain run (issue 14): a KV pool that runs short in
+# The engine-fidelity variants timed beside the plain run: a KV pool that runs short in
 # the bursts (preemption) with prefix caching on (half the requests share one of 4 system prompts of
 # 1,024 tokens; a cache of 32 blocks of 512 tokens, reserved out of the pool), and a router that
 # hands over every arrival.

@@ -4,7 +4,7 @@ Matched controls (a policy whose params name a `reference`) first run the refere
 the same seed and inherit its merge count, so the control and the reference see the same
 arrivals (common random numbers) and the same merge budget.
 
-Shared busy periods (issue 16 item 3, models.engine.tape): every run of a scenario and seed serves the
+Shared busy periods: every run of a scenario and seed serves the
 same requests, and between merges an engine mostly does what it does with no merges at all. So a
 sweep's worker process (`share=True`: experiments/sweep/worker.py) keeps the no_sync run's tapes of
 the last few (scenario, seed) pairs it ran (recording them while it runs no_sync, or running no_sync

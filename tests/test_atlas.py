@@ -1,4 +1,4 @@
-"""The mechanism atlas (issue 15 item 5): experiments/atlas.yaml's layout, and a quick variant of it
+"""The mechanism atlas: experiments/atlas.yaml's layout, and a quick variant of it
 (one cell and its control, 24-s windows, 2 seeds) through `wadiloco sweep` and `atlas_table --doc`."""
 
 from __future__ import annotations

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped import load_shipped
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.results.metrics import LABEL_COLUMNS
-from wadiloco.models.spec.load import load_scenario, scenario_from_dict, with_overrides
+from wadiloco.models.spec.load import scenario_from_dict, with_overrides
 from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
@@ -283,12 +284,12 @@ def test_sync_labels_from_merges_cover_each_window_after_a_merge_end():
     assert expect.any() and np.array_equal(res.requests["sync_active"], expect)
 
 
-def test_new_fields_at_their_defaults_keep_every_shipped_digest():
-    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
-        sc = load_scenario(path)
-        same = with_overrides(sc, {"merge.phases": ["stage", "allreduce", "outer", "ckpt"], "engine.profile": None})
-        assert same.digest() == sc.digest()
-        assert with_overrides(sc, {"merge.phases": []}).digest() != sc.digest()
-        cot = with_overrides(sc, {"cotenant": {"weight": 1.0, "timetable": {"kind": "none"}}})
-        assert cot.digest() != sc.digest()
-        assert with_overrides(sc, {"testbed_labels": {}}).digest() != sc.digest()
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_new_fields_at_their_defaults_keep_every_shipped_digest(path):
+    sc = load_shipped(path)
+    same = with_overrides(sc, {"merge.phases": ["stage", "allreduce", "outer", "ckpt"], "engine.profile": None})
+    assert same.digest() == sc.digest()
+    assert with_overrides(sc, {"merge.phases": []}).digest() != sc.digest()
+    cot = with_overrides(sc, {"cotenant": {"weight": 1.0, "timetable": {"kind": "none"}}})
+    assert cot.digest() != sc.digest()
+    assert with_overrides(sc, {"testbed_labels": {}}).digest() != sc.digest()

@@ -1,4 +1,4 @@
-"""Disaggregated prefill/decode serving (issue 15 item 3, `disagg:`, sim/disagg.py): the KV hand-off's
+"""Disaggregated prefill/decode serving (`disagg:`, sim/disagg.py): the KV hand-off's
 time is bytes over the links between the hosts, merges' traffic on those links slows it, unlimited
 links remove exactly that, and every request is served and counted once."""
 
@@ -13,7 +13,7 @@ from wadiloco.models.spec.load import scenario_from_dict
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import simulate
 
-KIB128 = 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16 KV bytes per token (REFERENCES.md)
+KIB128 = 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16 KV bytes per token (docs/sources.md, model shape)
 
 
 def _sc(unlimited=(), horizon=20.0, load=0.15, islands=2, hosts=2, prefill=(0, 2), **extra):

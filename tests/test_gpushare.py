@@ -1,4 +1,4 @@
-"""fleet.gpu_sharing: training's own GPU work on a shared GPU (issue 15 item 1). The sign of the merge
+"""fleet.gpu_sharing: training's own GPU work on a shared GPU. The sign of the merge
 effect must emerge from the holds (the barrier frees the GPU), and an unlimited GPU must remove it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The host model (issue 15 item 2): cores shared by threads, CPU work as core-seconds over threads, and
+"""The host model: cores shared by threads, CPU work as core-seconds over threads, and
 the oversubscription law that must reproduce the calibration's `cpu` row by preemption, not by a rule."""
 
 from __future__ import annotations

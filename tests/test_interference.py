@@ -15,7 +15,7 @@ from wadiloco.sim.probe import slowdown
 # loop was itself slowed, so its p50 mixes contended and free steps; its p95 is the contended
 # step, which is what the always-on probe reproduces. The prefill `all` p95 (1.70, from 94
 # samples with the outer thread running less than half the window) is not reproduced by an
-# always-on probe and is left out; the README lists it as a known gap.
+# always-on probe and is left out; docs/calibration.md lists it as a known gap.
 CASES = [
     ("decode_graph_b64_ctx1024", "stage", "p50_ratio"),
     ("decode_graph_b64_ctx1024", "outer", "p50_ratio"),

@@ -1,4 +1,4 @@
-"""The remote KV/prefix pool (issue 15 item 3, `remote_kv:`, sim/kvstore.py): a request fetches the
+"""The remote KV/prefix pool (`remote_kv:`, sim/kvstore.py): a request fetches the
 prefix blocks another sidecar's cache holds over the network before it enters its engine; TTFT waits
 for bytes over bandwidth, merges' flows slow it, unlimited links remove exactly that."""
 
@@ -13,7 +13,7 @@ from wadiloco.models.spec.load import scenario_from_dict
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import simulate
 
-KIB128 = 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16 KV bytes per token (REFERENCES.md)
+KIB128 = 2 * 32 * 8 * 128 * 2  # Llama-3-8B bf16 KV bytes per token (docs/sources.md, model shape)
 
 
 def _sc(unlimited=(), islands=1, remote=True, **extra):

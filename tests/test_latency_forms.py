@@ -1,5 +1,5 @@
 """The GPU step's latency law in both forms (models.engine.latency; engine.latency): the attention form fits
-the H200 rows (R^2 >= 0.98, every row within 10%, issue 14 item 5), both fitting methods agree, its
+the H200 rows (R^2 >= 0.98, every row within 10%), both fitting methods agree, its
 attention pairs do not depend on how a prompt is chunked, and the engine charges them per chunk over
 the cached context. Reference, fast-forward and lookahead checks for the form are in
 tests/test_queueing.py (the `attention` cases)."""

@@ -1,4 +1,4 @@
-"""Checkpoint serialisation as CPU work, and the training-side mitigations (issue 15, items 2 and 4).
+"""Checkpoint serialisation as CPU work, and the training-side mitigations.
 
 Most cases run one merge phase directly on a fleet's `MergeExecutor` (as sim.probe does) so they
 cost milliseconds; `host_work` records when each host's merge CPU work pressed on its CPU paths.

@@ -1,4 +1,4 @@
-"""The oracle boundary (SPEC.md section 3): only `oracle = True` policies may see the future.
+"""The oracle boundary (docs/model.md): only `oracle = True` policies may see the future.
 
 Metamorphic test: change the arrivals after time t (drop them all, or add a burst); every online
 policy's decisions before t must be identical, because nothing it observes before t can depend on

@@ -1,6 +1,6 @@
 """The paper study (experiments/paper.yaml, paper_quick.yaml) and its table (experiments/studies/paper_table.py).
 
-- The two shipped sweep files plan the study issue 5 asks for (regimes, policies, seeds, R, 600 s).
+- The two shipped sweep files plan the paper study (regimes, policies, seeds, R, 600 s).
 - paper_quick.yaml runs end to end through the CLI on 2 workers, shrunk (2 seeds, 300 s, R=2) in the
   default suite and as shipped under the `slow` marker; its output's structure and the content that
   holds at any size are checked (every run ok, loads matched, no-sync's sync-excess exactly 0, matched

@@ -1,4 +1,4 @@
-"""Performance shortcuts change no result (issue 16; speed itself lives in `python -m wadiloco.benchmarks`).
+"""Performance shortcuts change no result (speed itself lives in `python -m wadiloco.benchmarks`).
 
 * sim/monitor.py lazy samples: a fleet whose engine columns are read back from the request times
   (`lazy_ok`) gives the same timeline, decisions and request table as one sampled eagerly, and its

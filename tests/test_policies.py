@@ -1,4 +1,4 @@
-"""Merge policies (SPEC.md section 3): pressure signals, decision rules on hand-made observations,
+"""Merge policies (docs/model.md): pressure signals, decision rules on hand-made observations,
 the corridor in every regime, matched budgets, errors, the CLI, and the bursty sanity check."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from policy_cases import corridor_params, registered
+from shipped import load_shipped
 
 from wadiloco.experiments.cli import main as cli_main
 from wadiloco.experiments.runner import run_one
@@ -208,7 +209,7 @@ _refs: dict[str, dict] = {}
 
 def _reference(path: str) -> dict:
     if path not in _refs:
-        r = run_one(with_overrides(load_scenario(path), SHORT), 0, "wa_diloco", {}, check=True)
+        r = run_one(with_overrides(load_shipped(Path(path)), SHORT), 0, "wa_diloco", {}, check=True)
         _refs[path] = {"merges": r.summary["merges"], "steps": r.summary["inner_steps"]}
     return _refs[path]
 
@@ -216,7 +217,7 @@ def _reference(path: str) -> dict:
 @pytest.mark.parametrize("pol,params", CORRIDOR_CASES)
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: Path(p).stem)
 def test_corridor_every_policy_every_regime(path, pol, params):
-    sc = with_overrides(load_scenario(path), SHORT)
+    sc = with_overrides(load_shipped(Path(path)), SHORT)
     params = corridor_params(pol, 24, 64, 48) if params is None else params
     ref = _reference(path) if POLICIES[pol].takes_reference else None
     res = run_one(sc, 0, pol, params, check=True, reference=ref)  # check=True runs check_corridor too

@@ -1,4 +1,4 @@
-"""Reliability behaviours that are not a failing command (issue 18; the failing commands are the
+"""Reliability behaviours that are not a failing command (the failing commands are the
 corpus in tests/bad_inputs/): what strict YAML still accepts, that the run-size estimate is near
 the truth and lets every shipped input through, writing through a symlink, escaping user strings
 in reports, the store folded into one file at a clean exit, a 0-byte store announced, a corridor

@@ -1,7 +1,7 @@
 """The `replay` policy and `merge.phases`: merges at given times, as the testbed replayed schedules.
 
 A testbed-like trainer (one island, 0.05-s steps, no jitter) merges at the first step boundary at or
-after each scheduled start; Stage 12's schedules replay exactly (the starts of paper_testbed.md 3.6,
+after each scheduled start; Stage 12's schedules replay exactly (the starts of docs/sources.md, testbed 3.6,
 spelled out here, not recomputed); a harness schedule wraps mod its trace length D; a coordinator
 file gives the same merges as the schedule it was written from; `phases: []` merges are instantaneous.
 """
@@ -33,7 +33,7 @@ BASE = {
     "workload": {"kind": "normal", "load": 0.2},
     "policy": {"name": "replay"},
 }
-# paper_testbed.md 3.6, as printed there
+# docs/sources.md, testbed 3.6, as printed there
 CALIBRATED = [37.5, 112.0, 187.5, 270.0, 337.5, 412.5, 472.0, 562.5]
 RANDOM_23_0 = [115.445, 236.974, 271.791, 345.215, 405.158, 477.354, 525.132, 559.76]
 RANDOM_41_2 = [42.168, 64.275, 91.626, 123.98, 151.415, 202.758, 301.178, 381.781]

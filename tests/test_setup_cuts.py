@@ -1,4 +1,4 @@
-"""Per-run set-up cuts change no result (issue 16 item 4; their cost is `python -m wadiloco.benchmarks`'s
+"""Per-run set-up cuts change no result (their cost is `python -m wadiloco.benchmarks`'s
 setup keys): the windowed merge overlap, the request table's sort, the percentiles in one call and the
 per-process arrivals cache give exactly what the plain computations give."""
 

@@ -1,4 +1,4 @@
-"""Shared busy periods (models.engine.tape, issue 16 item 3): a run that replays the no_sync run's tape of its
+"""Shared busy periods (models.engine.tape): a run that replays the no_sync run's tape of its
 seed gives the very results of a run that simulates everything, on every shipped regime; the tape is
 actually used where the fleet allows it, refused where it does not, and a wrong tape would show."""
 

@@ -177,7 +177,7 @@ def test_batch_slope_scale_scales_the_slope_and_keeps_the_reference_iteration():
 
 
 def test_the_committed_predictions_beside_the_papers_figures():
-    """docs/testbed/predictions.json (committed before any comparison) beside SPEC.md's Stage 12-13
+    """docs/testbed/predictions.json (committed before any comparison) beside the paper's Stage 12-13
     figures: each row says whether the paper's figure lies inside the twin's CI; a cell whose seeds
     all agree reads as such, not as an [x, x] interval."""
     preds = json.loads((ROOT / "docs/testbed/predictions.json").read_text())

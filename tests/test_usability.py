@@ -1,4 +1,4 @@
-"""What a newcomer meets on the command line (issue 17): `--set` overrides checked like the YAML,
+"""What a newcomer meets on the command line: `--set` overrides checked like the YAML,
 `wadiloco show`, provenance in outputs, `--version`, help that shows defaults, units in human
 output, and capacity answers that say when they rest on too few merges."""
 

@@ -3,7 +3,7 @@
 Two forms, fitted to the p50 of every decode row (batch B at context ctx: sum_ctx = B*ctx, batch = B)
 and every prefill row (T tokens: prefill_tokens = T, batch = 1):
 
-- `linear` (SPEC.md's model, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
+- `linear` (the design card's model, docs/sources.md, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
   R^2 0.960; it misses the 8192-token prefill by 20% (and the 512-token one by 21%), because
   prefill attention grows with chunk length x context, which a linear model lacks.
 - `attention`: t = a + b*rows + c*sum_ctx + e*attention_pairs, where rows = prefill_tokens + batch

@@ -1,5 +1,4 @@
-"""A sidecar's trajectory, recorded in one run and replayed in another of the same workload and seed
-(issue 16 item 3: the runs of one seed, its policies and matched-random draws, share work exactly).
+"""A sidecar's trajectory, recorded in one run and replayed in another of the same workload and seed.
 
 Why it is exact. Every run of a seed serves the same requests (common random numbers), and an
 engine's step rules depend only on its state, its requests and the speeds it runs at. A baseline

@@ -173,7 +173,7 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 # Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
 # whether a request started in a sync window, and with a pressure source, the max pressure at its
-# start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).
+# start and whether that is high (docs/sources.md, testbed 2.6; the testbed reads them at batch start).
 LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
 
 

@@ -1,7 +1,7 @@
 """The testbed's fixed prompt sets as token lengths per slot, and the output lengths of a batch.
 
 The testbed builds the prompt of slot k = (global request index) mod 4 from four short instructions
-and one preamble (paper_testbed.md 2.3). Character counts are exact in the artifact; token counts are
+and one preamble (docs/sources.md, testbed 2.3). Character counts are exact in the artifact; token counts are
 NOT tokenizer output: the artifact only has word-count estimates (~1.3 tokens per word). Every token
 value below is such an estimate, with its source next to it.
 
