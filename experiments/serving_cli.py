@@ -5,7 +5,7 @@ docs/serving_validation.md."""
 from __future__ import annotations
 
 from wadiloco.models.engine import catalog
-from wadiloco.models.engine.physics import Coefficients, bench_rows, default_coefficients, fitted
+from wadiloco.models.engine.physics_fit import Coefficients, bench_rows, default_coefficients, fitted
 
 UNITS = {"t_step": ("ms", 1e3), "t_layer": ("us", 1e6), "t_ar": ("us", 1e6), "t_api": ("ms", 1e3)}
 
@@ -53,3 +53,23 @@ def physics_dict() -> dict:
         "models": list(catalog.models()),
         "gpus": list(catalog.gpus()),
     }
+
+
+def cmd_validate_vllm(args) -> int:
+    """`wadiloco validate vllm-h100`: the 16 experiments through the project's engine."""
+    import sys
+
+    from wadiloco.experiments.output import dumps, prepare_dir, write_atomic
+    from wadiloco.experiments.studies import vllm_h100 as v
+    from wadiloco.models.errors import InputError
+
+    if not 1 <= args.seeds <= 100:
+        raise InputError("--seeds", "", f"between 1 and 100 (got {args.seeds})")
+    out = prepare_dir(args.out) if args.out else None
+    result = v.validate(args.data, args.seeds)
+    report = v.text(result)
+    if out is not None:
+        write_atomic(out / "validation.json", dumps(result) + "\n")
+        write_atomic(out / "report.txt", report)
+    sys.stdout.write(dumps(v.predictions_json(result)) + "\n" if args.json else report)
+    return 0

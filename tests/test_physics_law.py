@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from wadiloco.models.engine import catalog
-from wadiloco.models.engine.physics import Coefficients, PhysicsLaw, bench_rows, default_coefficients, fitted
+from wadiloco.models.engine.physics import PhysicsLaw
+from wadiloco.models.engine.physics_fit import Coefficients, bench_rows, default_coefficients, fitted
 
 C = default_coefficients()
 

@@ -20,18 +20,14 @@ routing), L layers, h hidden size, V vocabulary, d head dim, H query heads, b by
 KV bytes per token per GPU; F, BW, link: the GPU's peak dense bf16 FLOP/s, HBM bandwidth and GPU-GPU
 link (both directions). Decode attention's QK and PV are GEMV-shaped and run at a small fraction of
 peak (eta_dattn) on top of their KV read. `t_api`, per request on the client's and API server's path,
-is not a step's: the engine adds it to each request's latency.
+is not a step's: the engine adds it to each request's latency. The coefficients (`c`,
+models.engine.physics_fit.Coefficients) are fitted once for every model and GPU (physics_fit).
 
 A run of pure-decode steps has T, rows and the weights fixed and every other term linear in the summed
 context, so step i takes exactly g0 + i*dg (`decode_line`) and the engine times runs in closed form.
 """
 
 from __future__ import annotations
-
-import json
-from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
-from importlib import resources
 
 from wadiloco.models.engine.catalog import GPU, ModelShape
 
@@ -49,53 +45,43 @@ except ImportError:  # (until that seam lands: the interface's attributes, nothi
             return hash((type(self).__name__, self.args()))
 
 
-COEFFICIENTS_FILE = "physics_law.json"
-
-
-@dataclass(frozen=True)
-class Coefficients:
-    """The law's shared coefficients (module docstring): efficiencies are fractions of the GPU's peak."""
-
-    eta_f: float  # GEMMs and prefill attention, of peak dense bf16 FLOP/s
-    eta_b: float  # streamed reads (weights, KV), of peak HBM bandwidth
-    eta_dattn: float  # decode attention's QK and PV, of peak dense bf16 FLOP/s
-    eta_moe: float  # fused-MoE expert reads, of peak HBM bandwidth
-    p: float  # the dense roofline's smoothness: 1 adds compute and memory, large p takes the larger
-    t_step: float  # s per step (sampling, input preparation: the engine work async scheduling leaves)
-    t_layer: float  # s per layer per step (norms, rotary, activation, residual kernels)
-    t_ar: float  # s per ring hop of an all-reduce (tp > 1)
-    t_api: float  # s per request on the client's and API server's path (added to TTFT and E2E)
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-
-@lru_cache(maxsize=1)
-def fitted() -> dict:
-    """The packaged fit (models/data/physics_law.json): coefficients, their standard errors, the rows that
-    pin each, how they were fitted and how well."""
-    return json.loads(resources.files("wadiloco.models.data").joinpath(COEFFICIENTS_FILE).read_text())
-
-
-def default_coefficients() -> Coefficients:
-    c = fitted()["coefficients"]
-    return Coefficients(**{n: float(c[n]["value"]) for n in Coefficients.names()})
-
-
 class PhysicsLaw(LatencyLaw):
     """The law for one (model, GPU, tensor parallelism), with coefficients `c`. `bench`: the H200
-    micro-benchmark's steps instead of an engine's (`bench_law`)."""
+    micro-benchmark's steps instead of an engine's (models.engine.physics_fit.bench_law). Its costs, in
+    seconds: per step (`fix`), per token through the GEMMs (`f_tok`) and per LM-head row (`f_row`), the
+    weights' read (`w_dense`; `w_expert` per expert in every layer, `experts` of them, a token missing a
+    given one with probability `keep`), per context token of a decode (`ctx_cost`: its KV read and
+    attention FLOPs), per past token of a chunk (`kv`) and per new token written (`kv_new`), per causal
+    pair (`f_pair`), per step and per token of the all-reduces (`ar_hop`, `ar_tok`)."""
 
-    __slots__ = ("shape", "gpu", "tp", "c", "bench", "_k")
+    __slots__ = ("shape", "gpu", "tp", "c", "bench", "fix", "f_tok", "f_row", "w_dense", "w_expert", "experts")
+    __slots__ += ("keep", "ctx_cost", "kv", "kv_new", "f_pair", "p", "ar_hop", "ar_tok")
 
-    def __init__(self, shape: ModelShape, gpu: GPU, tp: int, c: Coefficients, bench: bool = False) -> None:
+    def __init__(self, shape: ModelShape, gpu: GPU, tp: int, c, bench: bool = False) -> None:
         if tp < 1 or shape.heads % tp:
             raise ValueError(f"tensor parallelism {tp} must divide the model's {shape.heads} attention heads")
         self.shape, self.gpu, self.tp, self.c, self.bench = shape, gpu, tp, c, bench
         self.line = True
         self.detail = True
-        self._k = _constants(shape, gpu, tp, c, bench)
+        s, b, L = shape, shape.dtype_bytes, shape.layers
+        flops, bw = c.eta_f * gpu.flops, c.eta_b * gpu.hbm_bw
+        head = 0 if bench else s.head_params  # (the bench runs the layers' GEMMs only)
+        self.f_tok = 2.0 * s.active_params_layer * L / tp / flops
+        self.f_row = 2.0 * head / tp / flops
+        self.w_dense = (L * s.dense_params_layer + head) * b / tp / bw
+        self.w_expert = L * s.expert_params * b / tp / (c.eta_moe * gpu.hbm_bw)
+        self.experts = float(s.experts)
+        self.keep = 1.0 - s.experts_per_tok / s.experts if s.experts else 1.0
+        self.kv = s.kv_bytes_per_gpu_token(tp) / bw
+        self.f_pair = 4.0 * s.head_dim * s.heads * L / tp / flops  # QK and PV per (query, key) pair
+        dattn = 0.0 if bench else 4.0 * s.head_dim * s.heads * L / tp / (c.eta_dattn * gpu.flops)
+        self.ctx_cost = self.kv + dattn  # (the bench's decode reads its KV as one GEMV: no attention FLOPs)
+        self.kv_new = 0.0 if bench else self.kv  # (the bench writes no KV)
+        self.fix = L * c.t_layer + (0.0 if bench else c.t_step)
+        n_ar, hops = 2 * L + 2, 2 * (tp - 1)
+        self.ar_hop = n_ar * hops * c.t_ar if tp > 1 else 0.0
+        self.ar_tok = n_ar * hops * s.hidden * b / tp / (gpu.link_bw / 2) if tp > 1 else 0.0
+        self.p = c.p
 
     def args(self) -> tuple:
         return self.shape, self.gpu, self.tp, self.c, self.bench
@@ -105,26 +91,31 @@ class PhysicsLaw(LatencyLaw):
 
     def dense(self, tokens: float, rows: float) -> float:
         """The GEMMs' time: their FLOPs and the weights they read, combined by the p-norm."""
-        fix, f_tok, f_row, w_dense, w_expert, experts, keep, ctx_cost, kv, kv_new, f_pair, p, ar_hop, ar_tok = self._k
-        tc = f_tok * tokens + f_row * rows
-        tw = w_dense + (w_expert * experts * (1.0 - keep**tokens) if experts and tokens > 0 else 0.0)
+        tc = self.f_tok * tokens + self.f_row * rows
+        tw = self.w_dense
+        if self.experts > 0 and tokens > 0:
+            tw += self.w_expert * self.experts * (1.0 - self.keep**tokens)
         hi, lo = (tc, tw) if tc > tw else (tw, tc)
-        return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p) if lo > 0 else hi
+        if lo <= 0:
+            return hi
+        return hi * (1.0 + (lo / hi) ** self.p) ** (1.0 / self.p)
 
     def time(self, pf: float, m: float, pairs: float, past: float, n_dec: float, sum_ctx: float) -> float:
-        """step_time in floats (mean compositions: `saturated`)."""
-        fix, f_tok, f_row, w_dense, w_expert, experts, keep, ctx_cost, kv, kv_new, f_pair, p, ar_hop, ar_tok = self._k
+        """step_time in floats (a mean composition: `saturated`)."""
         tokens = pf + n_dec
-        t = fix + self.dense(tokens, m + n_dec) + ctx_cost * sum_ctx + kv * past + kv_new * tokens + f_pair * pairs
-        return t + ar_hop + ar_tok * tokens if ar_hop else t
+        t = self.fix + self.dense(tokens, m + n_dec) + self.attention(tokens, pairs, past, sum_ctx)
+        return t + self.ar_hop + self.ar_tok * tokens if self.ar_hop > 0 else t
+
+    def attention(self, tokens: float, pairs: float, past: float, sum_ctx: float) -> float:
+        """Decodes' KV read and QK/PV, the chunks' past read and causal pairs, the new tokens' KV written."""
+        return self.ctx_cost * sum_ctx + self.kv * past + self.kv_new * tokens + self.f_pair * pairs
 
     def step_time(self, pf: int, m: int, pairs: int, past: int, n_dec: int, sum_ctx: int) -> float:
         return self.time(pf, m, pairs, past, n_dec, sum_ctx)
 
     def decode_line(self, n_dec: int, sum_ctx: int) -> tuple[float, float]:
-        return self.time(0, 0, 0, 0, n_dec, sum_ctx), n_dec * self._k[
-            7
-        ]  # (ctx_cost: each decode's context grows by one)
+        """Every decode's context grows by one token a step: only the context term moves."""
+        return self.time(0.0, 0.0, 0.0, 0.0, n_dec, sum_ctx), n_dec * self.ctx_cost
 
     def saturated(self, batch: float, prompt: float, output: float, prefill: float) -> float:
         """A saturated engine's mean step: `batch` decoders at mean context prompt + output/2, `prefill`
@@ -135,60 +126,11 @@ class PhysicsLaw(LatencyLaw):
 
     def breakdown(self, pf: int, m: int, pairs: int, past: int, n_dec: int, sum_ctx: int) -> dict[str, float]:
         """The step's time by term (s): fixed, dense, attention, all-reduce (they add to step_time)."""
-        fix, f_tok, f_row, w_dense, w_expert, experts, keep, ctx_cost, kv, kv_new, f_pair, p, ar_hop, ar_tok = self._k
         tokens = pf + n_dec
-        attention = ctx_cost * sum_ctx + kv * past + kv_new * tokens + f_pair * pairs
-        comm = ar_hop + ar_tok * tokens if ar_hop else 0.0
-        return {"fixed": fix, "dense": self.dense(tokens, m + n_dec), "attention": attention, "allreduce": comm}
-
-
-def _constants(shape: ModelShape, gpu: GPU, tp: int, c: Coefficients, bench: bool) -> tuple:
-    """The per-step, per-token and per-row costs in seconds (PhysicsLaw._k, in this order)."""
-    s, b, L = shape, shape.dtype_bytes, shape.layers
-    flops, bw = c.eta_f * gpu.flops, c.eta_b * gpu.hbm_bw
-    head = 0 if bench else s.head_params  # the bench runs the layers' GEMMs only
-    f_tok = 2.0 * s.active_params_layer * L / tp / flops
-    f_row = 2.0 * head / tp / flops
-    w_dense = (L * s.dense_params_layer + head) * b / tp / bw
-    w_expert = L * s.expert_params * b / tp / (c.eta_moe * gpu.hbm_bw)  # one expert in every layer
-    keep = 1.0 - s.experts_per_tok / s.experts if s.experts else 1.0  # a token misses a given expert
-    kv = s.kv_bytes_per_gpu_token(tp) / bw
-    f_pair = 4.0 * s.head_dim * s.heads * L / tp / flops  # QK and PV per (query, key) pair
-    ctx_cost = kv if bench else kv + 4.0 * s.head_dim * s.heads * L / tp / (c.eta_dattn * gpu.flops)
-    fix = L * c.t_layer + (0.0 if bench else c.t_step)
-    n_ar, hops = 2 * L + 2, 2 * (tp - 1)
-    ar_hop = n_ar * hops * c.t_ar if tp > 1 else 0.0
-    ar_tok = n_ar * hops * s.hidden * b / tp / (gpu.link_bw / 2) if tp > 1 else 0.0
-    kv_new = 0.0 if bench else kv  # the new tokens' KV written (the bench writes none)
-    return fix, f_tok, f_row, w_dense, w_expert, s.experts, keep, ctx_cost, kv, kv_new, f_pair, c.p, ar_hop, ar_tok
-
-
-def coefficients_dict(c: Coefficients) -> dict[str, float]:
-    return asdict(c)
-
-
-def bench_law(c: Coefficients) -> PhysicsLaw:
-    """The law on the H200 micro-benchmark's steps (docs/sources.md, H200 calibration): a Llama-3-8B's
-    layer GEMMs alone (no LM head, no KV written, no engine around them: t_step out), a decode step's KV
-    one streamed read (a GEMV: at eta_b, no attention FLOPs), a prefill step causal attention."""
-    from wadiloco.models.engine.catalog import gpu, model
-
-    return PhysicsLaw(model("Llama-3-8B"), gpu("H200"), 1, c, bench=True)
-
-
-def bench_rows(c: Coefficients, cal: dict | None = None) -> tuple[list[tuple[str, float, float]], float]:
-    """(row, measured s, law s) for the H200 calibration's 19 p50 rows, and R^2 of the law on them."""
-    from wadiloco.models.engine.latency import load_calibration
-
-    cal = cal if cal is not None else load_calibration()
-    law, rows = bench_law(c), []
-    for r in cal["latency_model"]["decode"]:
-        B = r["batch"]
-        rows.append((f"decode B={B} ctx={r['ctx']}", r["p50_ms"] / 1e3, law.step_time(0, 0, 0, 0, B, B * r["ctx"])))
-    for r in cal["latency_model"]["prefill"]:
-        T = r["tokens"]
-        rows.append((f"prefill T={T}", r["p50_ms"] / 1e3, law.step_time(T, 1, T * (T + 1) // 2, 0, 0, 0)))
-    ys = [y for _, y, _ in rows]
-    mean = sum(ys) / len(ys)
-    ss_res = sum((y - t) ** 2 for _, y, t in rows)
-    return rows, 1.0 - ss_res / sum((y - mean) ** 2 for y in ys)
+        comm = self.ar_hop + self.ar_tok * tokens if self.ar_hop > 0 else 0.0
+        return {
+            "fixed": self.fix,
+            "dense": self.dense(tokens, m + n_dec),
+            "attention": self.attention(tokens, pairs, past, sum_ctx),
+            "allreduce": comm,
+        }

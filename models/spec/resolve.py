@@ -21,7 +21,8 @@ from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.catalog import GPU, ModelShape
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import default_latency
-from wadiloco.models.engine.physics import PhysicsLaw, default_coefficients
+from wadiloco.models.engine.physics import PhysicsLaw
+from wadiloco.models.engine.physics_fit import default_coefficients
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
