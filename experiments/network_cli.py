@@ -16,11 +16,21 @@ from wadiloco.models.errors import InputError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "validate",
-        help="simulate a measured cluster as a fleet and compare with its measurements (diloco-measured)",
+        help="simulate measured runs and compare with their measurements: a DiLoCo cluster (diloco-measured) or "
+        "vLLM serving on H100 (vllm-h100)",
     )
-    p.add_argument("target", choices=["diloco-measured"], help="the measured study to simulate")
-    p.add_argument("--data", help="its runs file (default: the packaged copy of the diloco-measured runs)")
-    p.add_argument("--json", action="store_true", help='print {"cells": {CELL: {"cu", "sync_s_per_outer_step"}}} only')
+    p.add_argument("target", choices=["diloco-measured", "vllm-h100"], help="the measured study to simulate")
+    p.add_argument(
+        "--data", help="its data file (default: the packaged copy; vllm-h100: a folder of experiments.json too)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print the predictions only: diloco-measured {"cells": {CELL: {"cu", "sync_s_per_outer_step"}}}, '
+        'vllm-h100 {"experiments": {NAME: {"e2e_mean_s", ..., "completed", "failed"}}}',
+    )
+    p.add_argument("--out", help="vllm-h100: also write validation.json (everything) and report.txt to this folder")
+    p.add_argument("--seeds", type=int, default=1, help="vllm-h100: seeds to run each experiment on (their mean)")
     p.set_defaults(func=cmd_validate)
 
 
@@ -65,6 +75,14 @@ def network_flags_given(args) -> list[str]:
 def cmd_validate(args) -> int:
     from wadiloco.experiments.output import dumps
     from wadiloco.experiments.studies import diloco_measured as dm
+
+    if args.target == "vllm-h100":
+        from wadiloco.experiments.serving_cli import cmd_validate_vllm
+
+        return cmd_validate_vllm(args)
+    for flag in ("out", "seeds"):
+        if getattr(args, flag) not in (None, 1):
+            raise InputError(f"--{flag}", "", "belongs to `wadiloco validate vllm-h100`")
 
     result = dm.validate(args.data)
     sys.stdout.write(dumps(dm.cells_json(result)) + "\n" if args.json else dm.text(result))
