@@ -88,7 +88,7 @@ def extensions() -> list:
             # Typed views index request ids and slots that the arrays' growth (EngineState._grow,
             # KVPool.room, PrefixCache._room) keeps in range; unchecked, they cost a load each.
             # Negative indices still wrap as in Python. The pure modules, which check every index,
-            # give the same rows bit for bit (tests/test_performance.py).
+            # give the same rows bit for bit (tests/engine/test_performance.py).
             "boundscheck": False,
             "initializedcheck": False,
         },

@@ -108,7 +108,7 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
         if both:
             ff_pure.append(time_fleet(ff_sc, seed, pure_serving))
             kv_pure.append(time_fleet(kv_sc, seed, pure_serving))
-    # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
+    # the two modes must agree (tests/sim/test_queueing.py checks this to 1e-9 s on shorter windows)
     diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
 
     def summary(rs):

@@ -28,7 +28,7 @@ in rational arithmetic and each coefficient rounded once). Simulations use the e
 worker, for a 19-row fit; and a solve through the BLAS (statsmodels, numpy's pinv) differs in the
 last bits from one CPU to another (OpenBLAS picks its kernels by CPU), which moved every simulated
 figure by ulps between machines. The exact fit is the same float on every machine.
-tests/test_latency_forms.py and tests/test_hot_path.py check that both give the same coefficients.
+tests/engine/test_latency_forms.py and tests/engine/test_hot_path.py check that both give the same coefficients.
 """
 
 from __future__ import annotations

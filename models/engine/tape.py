@@ -18,7 +18,7 @@ for bit): it then copies the baseline's busy period if that ends before the boun
 Iteration counts enter the rules only as differences (a decoder is done `n` iterations after it
 started), so they are stored relative to the snapshot's. Only open-loop engines without a KV pool,
 prefix cache, router or iteration log take a tape (sim.fleet Fleet.share), and a baseline engine
-that ever ran a contended iteration gives none. tests/test_tape.py: runs with and without tapes
+that ever ran a contended iteration gives none. tests/engine/test_tape.py: runs with and without tapes
 give identical results on every regime.
 """
 

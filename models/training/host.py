@@ -14,7 +14,7 @@ and each preemption costs a wait drawn exponentially with mean tau. (n - C) / n 
 thread would wait under a fluid fair share; kappa says how many times that share the critical thread
 actually loses (a thread that never sleeps is preempted more than its fair share); tau is the mean
 length of a wait. With n <= C nothing is preempted. Both numbers are fitted to the `cpu` row's p95 and
-p99 (`fit_oversubscription`); its p50 and mean are then predictions (tests/test_host.py).
+p99 (`fit_oversubscription`); its p50 and mean are then predictions (tests/training/test_host.py).
 """
 
 from __future__ import annotations
