@@ -25,7 +25,6 @@ from wadiloco.models.results.run import (
     Clients,
     Engines,
     KVPools,
-    Labels,
     PolicyRun,
     PrefixCaches,
     RunResult,
@@ -266,7 +265,7 @@ class Fleet:
             self.router,  # a router that routes (router.name not static)
             self.fed,  # disagg: or remote_kv: (the KV hand-offs or fetches)
             Clients(self.clients) if self.clients is not None else None,
-            Labels(spec.labels) if spec.labels is not None else None,  # testbed_labels:
+            *spec.extras,  # the blocks a plug-in resolves (testbed_labels:)
             PolicyRun(self.policy, p.cls, p.h_min, p.h_max, max(self.trainer.island_step, default=0)),
             self.cotenant,
         ]

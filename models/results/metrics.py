@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from wadiloco.models.spec.scenario import MERGE_PHASES as PHASE_NAMES  # the order a merge runs them in
-from wadiloco.models.testbed.metrics import summarize as testbed_summary
 
 # ---- a run's figures, by column name ------------------------------------------------------------
 REQUESTS = "requests"
@@ -143,7 +142,7 @@ def _overlap(arr, end, merge_id, phase, best, a: float, b: float, index: int, pi
 
 # The request table's columns as a user reads them (requests.csv): units in the names, the merge
 # phase by name, and no column called `merge` (it would shadow DataFrame.merge). Columns not named
-# here (testbed labels) keep their names. docs/data_dictionary.md describes each.
+# here (an extra's, e.g. the testbed's labels) keep their names. docs/data_dictionary.md describes each.
 REQUEST_CSV_COLUMNS = {
     "sidecar": "sidecar",
     "arrival": "arrival_s",
@@ -168,24 +167,6 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if "merge_phase" in out:
         names = np.array([*PHASE_NAMES, ""], dtype=object)
         out["merge_phase"] = names[np.where(out["merge_phase"] >= 0, out["merge_phase"], len(PHASE_NAMES))]
-    return out
-
-
-# Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
-# whether a request started in a sync window, and with a pressure source, the max pressure at its
-# start and whether that is high (docs/sources.md, testbed 2.6; the testbed reads them at batch start).
-LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
-
-
-def testbed_figures(r: dict[str, np.ndarray], merges: int) -> dict[str, Any]:
-    """The testbed's own summary of a labelled run (models.testbed.metrics.summarize: request-weighted
-    percentiles, bins read at batch start), over completed requests, plus `slo_pct`: the share of all
-    requests that violate (the table's `violated`: unfinished, or over an SLO), in percent."""
-    done = r["completed"]
-    press = r["max_pressure"][done] if "max_pressure" in r else np.zeros(int(done.sum()))
-    out = testbed_summary(r["arrival"][done], r["e2e"][done], r["output"][done], r["sync_active"][done], press)
-    out["slo_pct"] = 100.0 * float(np.mean(r["violated"])) if len(r["violated"]) else math.nan
-    out["merges"] = merges
     return out
 
 

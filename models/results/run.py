@@ -4,10 +4,11 @@ The fleet (sim.fleet) hands over what the run produced: each sidecar's requests 
 input of models.results.metrics.request_table), the merges, the run's own figures (`figures`: who
 ran, the training progress, times, hashes, engine and link figures) and its *extras*: the parts a
 scenario may add beyond the core fleet (KV pools, prefix caches, a router, disaggregated or pooled
-engines, a GPU co-tenant, testbed labels, closed-loop clients, an oracle's search). Each extra adds
-its request-table columns, summary keys and invariants through one small protocol (`Extra`); the
-core keys never change with them. The summary's keys come in a fixed order: the request figures
-(metrics.summarize), the run's figures, then each extra's, in the order the fleet lists them.
+engines, a GPU co-tenant, closed-loop clients, an oracle's search, and the scenario blocks a plug-in
+resolves, models.results.blocks: the testbed's labels). Each extra adds its request-table columns,
+summary keys and invariants through one small protocol (`Extra`); the core keys never change with
+them. The summary's keys come in a fixed order: the request figures (metrics.summarize), the run's
+figures, then each extra's, in the order the fleet lists them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.results.metrics import request_table, summarize, testbed_figures
+from wadiloco.models.results.metrics import request_table, summarize
 from wadiloco.models.spec.run import SLOSpec
 from wadiloco.models.workload.clients import tag_column
 
@@ -166,20 +167,6 @@ class PrefixCaches(NoExtra):
             return {}
         prompt = sum(c.prompt_tokens for c in self.caches)
         return {"prefix_hit_rate": sum(c.hit_tokens for c in self.caches) / prompt if prompt else 0.0}
-
-
-class Labels(NoExtra):
-    """Testbed labels (`testbed_labels:`, models.cotenant.LabelPlan): the label columns of every request
-    at its start, and the testbed's own figures of the labelled run (`testbed`)."""
-
-    def __init__(self, plan):
-        self.plan = plan
-
-    def columns(self, req: Table, merges: Sequence) -> Mapping[str, np.ndarray]:
-        return self.plan.columns(req["arrival"], np.array([m.end for m in merges], dtype=float))
-
-    def summary(self, req: Table, merges: Sequence) -> dict[str, Any]:
-        return {"testbed": testbed_figures(req, len(merges))}
 
 
 class Engines(NoExtra):

@@ -557,7 +557,7 @@ class InterferenceConfig(Strict):
     )
 
 
-# ---- on/off timetables (models.testbed.timetables) and the GPU co-tenant that follows one ------------
+# ---- on/off timetables (models.timetables; built by kind in models.cotenant) and the GPU co-tenant ----
 # Times are seconds of simulated time, which is the testbed's serving time (0 = its `start`).
 
 
@@ -774,6 +774,12 @@ class LabelsConfig(Strict):
         description="The schedule that sets max_pressure and high_pressure; null: no pressure labels. Source: the "
         "paper's testbed (2.6).",
     )
+
+
+# Scenario blocks a plug-in resolves into an extra of the run's result (models.results.blocks):
+# `testbed_labels`, by the testbed plug-in (models/testbed/plugin.py). One set with no plug-in for it
+# is an input error.
+PLUGIN_BLOCKS = ("testbed_labels",)
 
 
 class PolicyConfig(Strict):
