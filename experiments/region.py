@@ -121,19 +121,31 @@ def boundary_cell(grid: pd.DataFrame, bounds: pd.DataFrame) -> dict[str, Any]:
     return {"load": float(cell["load"]), "row": str(cell["row"]), "why": why}
 
 
+def _per_seed(runs: pd.DataFrame, regime: str, label: str) -> pd.Series:
+    """Sync-excess in points per seed of the completed runs of (regime, policy label)."""
+    r = runs[(runs["status"] == "ok") & (runs["regime"] == regime) & (runs["policy"] == label)]
+    return PP * r.groupby("seed")["sync_excess"].mean()
+
+
+def excess(runs: pd.DataFrame, regime: str, label: str, thr_pp: float) -> dict[str, Any]:
+    """One cell's sync-excess in points (mean, CI, the note that replaces a missing one) and state."""
+    ci = ci_of(_per_seed(runs, regime, label).to_numpy(float), regime, label)
+    return {
+        "sync_excess_pp": ci.mean,
+        "ci_low_pp": ci.low,
+        "ci_high_pp": ci.high,
+        "note": ci.note,
+        "state": state(ci, thr_pp),
+    }
+
+
 def effects(runs: pd.DataFrame, cell: tuple[str, str], variants: dict[str, tuple[str, str]], thr_pp: float):
     """Each variant's sync-excess and its effect (variant minus the cell, paired by seed), in points,
     from the boundary runs. `cell` and each variant are (regime, policy label) of those runs."""
-    ok = runs[runs["status"] == "ok"]
-
-    def per_seed(regime: str, label: str) -> pd.Series:
-        r = ok[(ok["regime"] == regime) & (ok["policy"] == label)]
-        return PP * r.groupby("seed")["sync_excess"].mean()
-
-    base = per_seed(*cell)
+    base = _per_seed(runs, *cell)
     out = []
     for name, (regime, label) in variants.items():
-        v = per_seed(regime, label)
+        v = _per_seed(runs, regime, label)
         se = ci_of(v.to_numpy(float), "variant", name)
         d = (v - base).dropna()
         eff = ci_of(d.to_numpy(float), "effect", name)
