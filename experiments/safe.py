@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--intervals",
         metavar="H1,H2,...",
-        help="merge intervals in inner steps, for a policy with H (default: h_min, their geometric mean, h_max)",
+        help="merge intervals in inner steps, for a policy with H (default: h_min, their geometric mean, h_max "
+        "and the policy's own H)",
     )
     p.add_argument("--seeds", type=_positive_int, default=DEFAULT_SEEDS, help="seeds 0..N-1 per cell")
     p.add_argument("--horizon", type=float, metavar="SECONDS", help="override horizon_s for every run")
@@ -165,7 +166,8 @@ def _rows(sc, policy: str, params: dict[str, Any], intervals: str | None) -> dic
             raise InputError(CLI, "--intervals", f"{policy} has no merge interval H; it places merges itself")
         return {policy: params}
     lo, hi = sc.merge.h_min, sc.merge.h_max
-    hs = _floats(intervals, "--intervals") if intervals else sorted({lo, round(math.sqrt(lo * hi)), hi})
+    own = [params["H"]] if lo <= params.get("H", 0) <= hi else []  # the scenario's own interval is a row
+    hs = _floats(intervals, "--intervals") if intervals else sorted({lo, round(math.sqrt(lo * hi)), hi, *own})
     rows = {}
     for h in hs:
         if h != int(h):

@@ -84,6 +84,19 @@ def _again(b: dict, cells: list[dict]) -> str:
     )
 
 
+def few_merges(cells: list[dict]) -> list[str]:
+    """Rows whose runs made no merge at some loads: a cell without merges says nothing about them."""
+    out = []
+    for row in dict.fromkeys(c["row"] for c in cells):
+        none = [c["load"] for c in cells if c["row"] == row and not c["merges_mean"] >= 1]
+        if none:
+            out.append(
+                f"{row} made less than one merge per run at {len(none)} load(s) (from {min(none):g}): those cells "
+                "say nothing about merges (lengthen --horizon or shorten the interval)"
+            )
+    return out
+
+
 def headline(r: dict[str, Any]) -> list[str]:
     """The answer's first lines: the region, then the boundary cell and what decides it."""
     top, low = max(r["loads"]), min(r["loads"])
@@ -94,6 +107,7 @@ def headline(r: dict[str, Any]) -> list[str]:
         "safe region: " + "; ".join(boundary_text(b, top, low) for b in r["boundaries"]),
     ]
     lines += [f"  {t}" for t in (_again(b, r["cells"]) for b in r["boundaries"]) if t]
+    lines += [f"  warning: {w}" for w in few_merges(r["cells"])]
     lines.append(f"at the boundary (load {c['load']:g}, {c['row']}: {c['why']}): sync-excess {_pp(c)}")
     d = r["deciding_resource"]
     if d is None:
@@ -118,7 +132,7 @@ def text(r: dict[str, Any], folder: Path | None) -> str:
     n = r["runs"]
     failed = f", {n['failed']} failed (see the runs' stores)" if n["failed"] else ""
     total = n["grid"] + n["boundary"]
-    earlier = f", {total - n['ran']} from an earlier session" if n["ran"] < total else ""
+    earlier = f", {total - n['ran']} kept from an earlier run" if n["ran"] < total else ""
     lines.append(
         f"{total} runs (grid {n['grid']}, boundary {n['boundary']}{earlier}{failed}) on {n['backend']} "
         f"with {n['workers']} worker(s) in {n['wall_s']:.1f} s"

@@ -116,7 +116,7 @@ def test_resume_runs_nothing_again_and_gives_the_same_answer(mapped, capsys, mon
     monkeypatch.setenv("WADILOCO_PLUGINS", PLUGIN)
     rc, text, _ = _cli(["safe", str(sc), *GRID, "--out", str(out), "--resume"], capsys)
     after = json.loads((out / "safe.json").read_text())
-    assert rc == 0 and after["runs"]["ran"] == 0 and "62 from an earlier session" in text
+    assert rc == 0 and after["runs"]["ran"] == 0 and "62 kept from an earlier run" in text
     for k in ("boundaries", "cells", "controls", "mitigations", "deciding_resource"):
         assert after[k] == before[k]
     lines = text.splitlines()
