@@ -88,14 +88,13 @@ def _fmt(r: dict) -> str:
         f"intervals; {r['seeds']} seeds)\ntraining costs {_cost(r, 'training_cost')} of the serving capacity "
         "without training"
     )
-    if r["policy"] != "no_sync":
+    notes = [r["training_cost_note"]]
+    if r["policy"] != "no_sync":  # (no_sync's merges cost is NaN by construction: its note says why)
         text += (
             f", merges cost {_cost(r, 'merges_cost')} (together {_cost(r, 'total_cost')}; {r['merges_mean']:.1f} "
             f"merges per run at the answer, fewest {r['merges_min']})"
         )
-    notes = [
-        r.get(f"{k}_note", "") for k in ("training_cost", "merges_cost") if r["policy"] != "no_sync" or k[0] == "t"
-    ]
+        notes.append(r["merges_cost_note"])
     for w in (*notes, r["merge_warning"], r["monotone_warning"]):
         text += f"\nwarning: {w}" if w else ""
     return text
