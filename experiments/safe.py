@@ -396,6 +396,9 @@ def _in_folder(out, job: Job, args) -> dict[str, Any]:
         if kept:
             sys.stderr.write(f"the runs so far are kept in {runs}; rerun the same command with --resume to continue\n")
         else:
+            for d in (runs / "grid", runs / "boundary", runs):  # what execute_plan left empty
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
             out.discard()
         raise
 
