@@ -141,7 +141,8 @@ def excess(runs: pd.DataFrame, regime: str, label: str, thr_pp: float) -> dict[s
 
 def effects(runs: pd.DataFrame, cell: tuple[str, str], variants: dict[str, tuple[str, str]], thr_pp: float):
     """Each variant's sync-excess and its effect (variant minus the cell, paired by seed), in points,
-    from the boundary runs. `cell` and each variant are (regime, policy label) of those runs."""
+    and its completed merges per run, from the boundary runs. `cell` and each variant are (regime,
+    policy label) of those runs."""
     base = _per_seed(runs, *cell)
     out = []
     for name, (regime, label) in variants.items():
@@ -149,9 +150,12 @@ def effects(runs: pd.DataFrame, cell: tuple[str, str], variants: dict[str, tuple
         se = ci_of(v.to_numpy(float), "variant", name)
         d = (v - base).dropna()
         eff = ci_of(d.to_numpy(float), "effect", name)
+        r = runs[(runs["status"] == "ok") & (runs["regime"] == regime) & (runs["policy"] == label)]
+        merges = float(r["merges"].astype(float).mean()) if len(r) else math.nan
         out.append([name, se.mean, se.low, se.high, se.note, eff.mean, eff.low, eff.high, eff.note, state(se, thr_pp)])
-    cols = ["variant", "sync_excess_pp", "ci_low_pp", "ci_high_pp", "note"]
-    return pd.DataFrame(out, columns=[*cols, "effect_pp", "effect_low_pp", "effect_high_pp", "effect_note", "state"])
+        out[-1].append(merges)
+    cols = ["variant", "sync_excess_pp", "ci_low_pp", "ci_high_pp", "note", "effect_pp", "effect_low_pp"]
+    return pd.DataFrame(out, columns=[*cols, "effect_high_pp", "effect_note", "state", "merges_mean"])
 
 
 def verdict(row: pd.Series, cell_pp: float, thr_pp: float) -> str:

@@ -329,6 +329,9 @@ def run_map(job: Job, folder: Path, args) -> dict[str, Any]:
     bplan, controls, mitigations = boundary_plan(job, cell)
     bruns, oc2 = _execute(bplan, folder / "boundary", args)
     cell.update(R.excess(bruns, CELL, cell["row"], job.threshold))
+    cell["merges_mean"] = float(
+        grid.loc[(grid["load"] == cell["load"]) & (grid["row"] == cell["row"]), "merges_mean"].iloc[0]
+    )
     ctl = R.effects(bruns, (CELL, cell["row"]), controls, job.threshold)
     mit = R.effects(bruns, (CELL, cell["row"]), mitigations, job.threshold)
     for t in (ctl, mit):

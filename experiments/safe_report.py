@@ -126,8 +126,13 @@ def text(r: dict[str, Any], folder: Path | None) -> str:
     lines = headline(r)
     lines.append("each resource unlimited at the boundary (effect: its sync-excess minus the cell's, by seed):")
     lines += [f"  {x['variant']:<10} {_pp(x):<34} effect {_effect(x):<34} {x['verdict']}" for x in r["controls"]]
-    lines.append("each mitigation at the boundary:")
-    lines += [f"  {x['variant']:<36} {_pp(x):<34} effect {_effect(x):<34} {x['verdict']}" for x in r["mitigations"]]
+    lines.append(
+        f"each mitigation at the boundary (merges per run: the cell's {r['boundary_cell']['merges_mean']:.1f}):"
+    )
+    lines += [
+        f"  {x['variant']:<36} {_pp(x):<34} effect {_effect(x):<34} {x['verdict']} ({x['merges_mean']:.1f} merges/run)"
+        for x in r["mitigations"]
+    ]
     lines += [f"not run: {s}" for s in r["not_run"]]
     n = r["runs"]
     failed = f", {n['failed']} failed (see the runs' stores)" if n["failed"] else ""
@@ -164,7 +169,7 @@ def page(r: dict[str, Any], res: dict[str, Any]) -> list[tuple]:
     blocks: list[tuple] = [
         ("h1", f"When is a merge safe? {r['scenario']} ({r['policy']})"),
         ("p", h[0] + "."),
-        ("ul", h[1:]),
+        ("ul", [x.strip() for x in h[1:]]),
         ("img", "safe.png", "sync-excess per cell, the boundary and its band; sync-excess against load with CIs"),
         ("h2", "The boundary"),
         ("table", _bounds_table(r)),
@@ -194,8 +199,8 @@ def _bounds_table(r: dict[str, Any]) -> pd.DataFrame:
 
 
 def _variants_table(t: pd.DataFrame, what: str) -> pd.DataFrame:
-    rows = [[x["variant"], _pp(x), _effect(x), x["verdict"]] for x in t.to_dict("records")]
-    return pd.DataFrame(rows, columns=[what, "sync-excess", "effect", "verdict"])
+    rows = [[x["variant"], _pp(x), _effect(x), x["verdict"], f"{x['merges_mean']:.1f}"] for x in t.to_dict("records")]
+    return pd.DataFrame(rows, columns=[what, "sync-excess", "effect", "verdict", "merges per run"])
 
 
 def _cells_table(grid: pd.DataFrame) -> pd.DataFrame:
