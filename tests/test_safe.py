@@ -201,3 +201,18 @@ def test_deciding_is_the_control_that_removes_the_most():
     assert d == {"resource": "host", "verdict": "removes it", "also": ["storage"]}
     assert R.deciding(ctl[ctl["variant"] == "gpu"], 0.8, 0.5) is None
     assert R.state(R.CI(0.4, 0.3, 0.6, 4), 0.5) == R.UNCERTAIN and R.state(R.CI(0.0, np.nan, np.nan, 4), 0.5) == R.SAFE
+
+
+@pytest.mark.slow
+def test_dask_gives_the_same_map(mapped, tmp_path, monkeypatch):
+    """The same map on a Dask cluster (its workers load the plugin too): the same cells, boundary and
+    controls, to the bit."""
+    pytest.importorskip("distributed")
+    _, sc, out = mapped
+    monkeypatch.setenv("WADILOCO_PLUGINS", PLUGIN)
+    d = tmp_path / "dask"
+    assert main(["safe", str(sc), *GRID, "--backend", "dask", "--workers", "2", "--out", str(d)]) == 0
+    a, b = (json.loads((x / "safe.json").read_text()) for x in (out, d))
+    assert b["runs"]["backend"] == "dask"
+    for k in ("cells", "boundaries", "boundary_cell", "controls", "mitigations", "deciding_resource"):
+        assert a[k] == b[k], k
