@@ -22,7 +22,8 @@ REQUESTS = "requests"
 COMPLETED = "completed"
 SLO_VIOLATIONS = "slo_violations"
 SLO_VIOLATION_RATE = "slo_violation_rate"
-MERGES = "merges"
+MERGES = "merges"  # completed merges
+MERGES_UNFINISHED = "merges_unfinished"  # a merge still running when the run ended (0 or 1)
 MERGE_DURATION_MEAN = "merge_duration_mean_s"
 OVERLAP_REQUESTS = "overlap_requests"
 TTFT_P95 = "ttft_p95_s"
@@ -156,6 +157,7 @@ REQUEST_CSV_COLUMNS = {
     "tpot": "tpot_s",
     "completed": "completed",
     "violated": "slo_violated",
+    "violated_no_sync": "slo_violated_no_sync",  # `run`'s paired run without merges, same requests
     "merge": "merge_index",
     "phase": "merge_phase",
 }
@@ -222,9 +224,10 @@ def summarize(
     overl = r["merge"] >= 0
     by_phase = {name: int(np.sum(viol & (r["phase"] == i))) for i, name in enumerate(PHASE_NAMES)}
     by_phase["none"] = int(np.sum(viol & ~overl))
-    durs = [m.duration for m in merges]
+    done = [m for m in merges if not m.unfinished]  # durations of completed merges only (one cut short says less)
+    durs = [m.duration for m in done]
     phase_means = {  # a phase the scenario's merges do not run (merge.phases) lasts 0
-        name: float(np.mean([_span(m.phases.get(name, (0.0, 0.0))) for m in merges])) if merges else 0.0
+        name: float(np.mean([_span(m.phases.get(name, (0.0, 0.0))) for m in done])) if done else 0.0
         for name in PHASE_NAMES
     }
     e2e_in = r["e2e"][overl & r["completed"]]
@@ -244,7 +247,8 @@ def summarize(
         "e2e_p50_s": e2e[0],
         E2E_P95: e2e[1],
         "e2e_p99_s": e2e[2],
-        MERGES: len(merges),
+        MERGES: len(done),
+        MERGES_UNFINISHED: len(merges) - len(done),
         MERGE_DURATION_MEAN: float(np.mean(durs)) if durs else 0.0,
         "merge_phase_mean_s": phase_means,
         OVERLAP_REQUESTS: int(np.sum(overl)),

@@ -89,7 +89,9 @@ def check_run(req: Table, merges: Sequence, arrived: int, peak_load: float, extr
 
 
 def merge_rows(merges: Sequence) -> list[dict[str, Any]]:
-    """One row per merge (merges.csv): when it was decided, started and ended, and each phase's span."""
+    """One row per merge (merges.csv): when it was decided, started and ended, whether it was still
+    running when the run ended (`unfinished`: its end and its last phase's end are the run's), and
+    each phase's span."""
     return [
         {
             "merge_index": m.index,
@@ -98,6 +100,7 @@ def merge_rows(merges: Sequence) -> list[dict[str, Any]]:
             "start_s": m.start,
             "end_s": m.end,
             "duration_s": m.end - m.start,
+            "unfinished": m.unfinished,
             **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
             **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
         }
@@ -113,7 +116,7 @@ class RunResult:
     draw: int
     summary: dict[str, Any]
     requests: dict[str, np.ndarray] = field(repr=False)
-    merges: list = field(repr=False)  # sim.training.MergeRecord
+    merges: list = field(repr=False)  # sim.training.MergeRecord; the last may be `unfinished` (running at the end)
     timeline: Mapping[str, np.ndarray] = field(repr=False)  # filled when first read (sim.monitor Timeline)
     decisions: list[tuple[int, float, bool]] = field(repr=False)
     scenario_digest: str = ""  # Scenario.digest() of what ran
@@ -122,6 +125,11 @@ class RunResult:
     # where merges act through a co-tenant's window after each merge (a `merges` timetable: the testbed
     # twin), each merge's window (models.cotenant CotenantPlan.merge_window); None otherwise
     merge_windows: list[tuple[float, float]] | None = field(default=None, repr=False)
+
+    @property
+    def completed_merges(self) -> list:
+        """The merges that finished (`merges` also holds one still running at the end, `unfinished`)."""
+        return [m for m in self.merges if not m.unfinished]
 
     def record(self) -> dict[str, Any]:
         """The summary with what ran, exactly: the scenario's digest and the policy's params (summary.json)."""

@@ -286,6 +286,7 @@ def training_spec(sc: Scenario) -> TrainingSpec:
         horizon_s=sc.horizon_s,
         phases=tuple(sc.merge.phases),
         streaming=sc.merge.fragments > 1,
+        enabled=t.enabled,
     )
 
 

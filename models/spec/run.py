@@ -152,6 +152,7 @@ class TrainingSpec:
     horizon_s: float
     phases: tuple[str, ...]  # a merge's phases, in order (none: instantaneous)
     streaming: bool  # merge.fragments > 1: a merge is a Streaming DiLoCo round
+    enabled: bool = True  # training.enabled: false: the islands never step (a fleet that only serves)
 
 
 @dataclass(frozen=True)

@@ -351,6 +351,12 @@ class SLOConfig(Strict):
 class TrainingConfig(Strict):
     """The DiLoCo islands' inner steps and the model whose loss the progress heuristic tracks."""
 
+    enabled: bool = Field(
+        True,
+        description="false: the fleet only serves: no inner step, no merge, nothing of training on any GPU, host, "
+        "link or store (the policy is never asked). The 'no training' capacity of `wadiloco capacity` and "
+        "`whatif` is a run with this off. Source: project choice (a what-if switch).",
+    )
     step_time_s: float = Field(
         0.5, gt=0, description="Mean inner-step time of an island. Unit: s. Source: design card."
     )
@@ -968,6 +974,7 @@ OPT_IN_FIELDS = (
     "router",
     "disagg",
     "remote_kv",
+    "training.enabled",
 )
 
 
