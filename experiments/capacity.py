@@ -4,10 +4,14 @@ For each seed, bisection over `workload.load` (utilisation of a sidecar's capaci
 largest load whose SLO attainment (share of requests meeting the SLO) still reaches the target.
 Every evaluation on a seed uses the same RNG streams (common random numbers): only the load
 changes between bisection steps, so the search compares like with like. The per-seed answers
-give a mean and a bootstrap CI; the same search without merges (`no_sync`) gives the capacity
-the fleet would have if it did not train, and the difference is what training costs.
+give a mean and a bootstrap CI. Three searches on the same seeds say what training costs: the fleet
+with training off (`training.enabled: false`: a real run in which no island steps, so nothing of
+training is on any GPU, host or link), training without merges (`no_sync`) and training with the
+policy. Inner steps cost the first difference, merges the second; both are shares of the capacity
+without training, so they add up to the total (`capacity_cost` keeps the merges' cost over the
+capacity no_sync leaves).
 
-That difference means something only if merges happened: every search records how many merges
+The merges' cost means something only if merges happened: every search records how many merges
 the run at its answer load made, and the result says (`merge_warning`) when a policy's runs had
 none, or fewer than `MIN_MERGES` (e.g. a horizon shorter than the policy's interval).
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -65,8 +70,7 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
             f"{spec.tol:g} needs {n} bisection steps per seed, more than {MAX_BISECTIONS}; "
             f"use --tol {smallest:.2g} or more",
         )
-    arms = 1 if policy == "no_sync" else 2
-    check_count("runs", seeds * arms * (2 + n), "<command line>", "--seeds", "runs this search needs")
+    check_count("runs", seeds * arms(policy) * (2 + n), "<command line>", "--seeds", "runs this search needs")
     check_count("workers", workers, "<command line>", "--workers", "worker processes")
     top = {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
     check_run(with_overrides(sc, top), prefix="at the top of the load bracket: ")
@@ -75,12 +79,14 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
 def attainment_at(
     sc: Scenario, load: float, seed: int, policy: str, params: dict | None, fleet_kw: dict | None = None
 ) -> tuple[float, float, int]:
-    """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`."""
+    """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`; a merge still running at
+    the end (unfinished) counts: it pressed on serving all the same."""
     from wadiloco.experiments.runner import run_one
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary
-    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), int(s["merges"])
+    merges = int(s["merges"]) + int(s["merges_unfinished"])
+    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), merges
 
 
 def search_seed(
@@ -186,16 +192,19 @@ def _end(x: list[float], low: bool) -> float:
 
 
 def search_runs(spec: SearchSpec, policy: str, seeds: int) -> int:
-    """Runs a search takes at most (a progress bar's total): per seed and arm, both ends of the
-    bracket and every bisection step."""
+    """Runs a search takes at most (a progress bar's total): per seed and arm, `runs_per_search`."""
+    return seeds * arms(policy) * runs_per_search(spec)
+
+
+def runs_per_search(spec: SearchSpec) -> int:
+    """Runs one bisection takes at most: both ends of the bracket and every bisection step."""
     width = spec.hi - spec.lo
-    steps = math.ceil(math.log2(width / spec.tol)) if spec.tol < width else 0
-    return seeds * (1 if policy == "no_sync" else 2) * (2 + steps)
+    return 2 + (math.ceil(math.log2(width / spec.tol)) if spec.tol < width else 0)
 
 
 def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[dict[str, Any]]:
     """Every task's search, in task order; `bar` (a tqdm, or None) advances by runs."""
-    per_search = search_runs(spec, "no_sync", 1)
+    per_search = runs_per_search(spec)
 
     def advance(n: int) -> None:
         if bar is not None and n > 0:
@@ -237,6 +246,28 @@ def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], hor
     return f"{policy}: {what}; {steps} (lengthen --horizon or shorten the policy's interval)"
 
 
+NO_TRAINING = "no_training"  # the search on the fleet with training off (training.enabled false)
+BASELINE = "no_sync"  # training without merges
+# each cost: (a - b) / c per seed, of the arms' largest rates (see `_cost`)
+COSTS = {
+    "training_cost": (NO_TRAINING, BASELINE, NO_TRAINING),  # inner steps, without merges
+    "merges_cost": (BASELINE, "policy", NO_TRAINING),  # what the merges add, in the same units
+    "total_cost": (NO_TRAINING, "policy", NO_TRAINING),  # the two together
+    "capacity_cost": (BASELINE, "policy", BASELINE),  # the merges' cost over what training leaves
+}
+_BIG = 1e300  # an unbounded bracket end, as a number the corners of `_cost` can use
+
+
+def arms(policy: str) -> int:
+    """Searches per seed: without training, training without merges (no_sync), and the policy's (unless no_sync)."""
+    return 2 if policy == BASELINE else 3
+
+
+def without_training(sc: Scenario) -> Scenario:
+    """The same fleet serving the same requests with training off: no inner step, no merge."""
+    return with_overrides(sc, {"training.enabled": False})
+
+
 def capacity(
     sc: Scenario,
     policy: str,
@@ -248,59 +279,74 @@ def capacity(
     fleet_kw: dict | None = None,
     bar=None,
 ) -> dict[str, Any]:
-    """The search for `policy` and for no_sync on every seed. `bar` (a tqdm) advances per run;
-    its total is `search_runs(spec, policy, seeds)`. With `policy` no_sync the baseline is the same
-    search, so there is no cost to measure (NaN, and `capacity_cost_note` says so)."""
+    """Three searches on every seed (common random numbers): without training, training without merges
+    (no_sync), and training with `policy`; then what training costs (inner steps) and what the merges
+    cost, each as a share of the capacity without training, so that they add up. `bar` (a tqdm)
+    advances per run; its total is `search_runs(spec, policy, seeds)`. With `policy` no_sync its search
+    is the baseline's: the merges' cost is NaN and `capacity_cost_note` says why."""
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
     if seeds < 1:
         raise InputError("<command line>", "--seeds", "must be at least 1")
-    runs = ((policy, params),) if policy == "no_sync" else ((policy, params), ("no_sync", {}))
-    tasks = [(sc, s, p, pp, spec, fleet_kw) for p, pp in runs for s in range(seeds)]
+    runs = [(without_training(sc), BASELINE, {}), (sc, BASELINE, {})]
+    runs += [(sc, policy, params)] if policy != BASELINE else []
+    tasks = [(s_arm, s, p, pp, spec, fleet_kw) for s_arm, p, pp in runs for s in range(seeds)]
     results = _searches(tasks, spec, workers, bar)
-    pol, base = results[:seeds], results[seeds:] or results[:seeds]
-    m, lo, hi = bracket_interval([r["max_rate"] for r in pol], [r["max_rate_high"] for r in pol])
-    bm, blo, bhi = bracket_interval([r["max_rate"] for r in base], [r["max_rate_high"] for r in base])
-    cost = _cost(pol, base) if policy != "no_sync" else {"capacity_cost_note": "no_sync is its own baseline: no cost"}
-    return {
-        "scenario": sc.name,
-        "policy": policy,
-        "attainment_target": spec.attainment,
-        "seeds": seeds,
-        "max_rate_rps_per_sidecar": m,
-        "max_rate_upper_rps_per_sidecar": float(np.mean([r["max_rate_high"] for r in pol])),
-        "max_rate_ci_low": lo,
-        "max_rate_ci_high": hi,
-        "resolution_rps_per_sidecar": float(spec.tol * np.mean([r["capacity_rps"] for r in pol])),
-        "max_load": float(np.mean([r["max_load"] for r in pol])),
-        "no_sync_max_rate_rps_per_sidecar": bm,
-        "no_sync_max_rate_ci_low": blo,
-        "no_sync_max_rate_ci_high": bhi,
-        **{"capacity_cost_fraction": math.nan, "capacity_cost_ci_low": math.nan, "capacity_cost_ci_high": math.nan},
-        **cost,
-        "merges_min": min(r["merges"] for r in pol),
-        "merges_mean": float(np.mean([r["merges"] for r in pol])),
-        "merge_warning": merge_warning(sc, policy, pol, spec.horizon_s),
-        "monotone_warning": monotone_warning(pol + (base if policy != "no_sync" else [])),
-        "per_seed": pol,
-        "no_sync_per_seed": base,
-    }
+    off, base, pol = results[:seeds], results[seeds : 2 * seeds], results[2 * seeds :] or results[seeds : 2 * seeds]
+    by = {NO_TRAINING: off, BASELINE: base, "policy": pol}
+    out = {"scenario": sc.name, "policy": policy, "attainment_target": spec.attainment, "seeds": seeds}
+    out.update(_rates(pol, ""))
+    out["max_rate_upper_rps_per_sidecar"] = float(np.mean([r["max_rate_high"] for r in pol]))
+    out["resolution_rps_per_sidecar"] = float(spec.tol * np.mean([r["capacity_rps"] for r in pol]))
+    out["max_load"] = float(np.mean([r["max_load"] for r in pol]))
+    out.update(_rates(base, "no_sync_"))
+    out.update(_rates(off, "no_training_"))
+    for name, (a, b, c) in COSTS.items():
+        if policy == BASELINE and "policy" in (a, b, c):
+            m, lo, hi, note = math.nan, math.nan, math.nan, "no_sync is its own baseline: no cost"
+        else:
+            m, lo, hi, note = _cost(by, a, b, c)
+        out.update({f"{name}_fraction": m, f"{name}_ci_low": lo, f"{name}_ci_high": hi, f"{name}_note": note})
+    out.update(
+        merges_min=min(r["merges"] for r in pol),
+        merges_mean=float(np.mean([r["merges"] for r in pol])),
+        merge_warning=merge_warning(sc, policy, pol, spec.horizon_s),
+        monotone_warning=monotone_warning(off + base + (pol if policy != BASELINE else [])),
+    )
+    return {**out, "per_seed": pol, "no_sync_per_seed": base, "no_training_per_seed": off}
 
 
-def _cost(pol: list[dict], base: list[dict]) -> dict[str, Any]:
-    """1 - the policy's rate over no_sync's, per seed, with the brackets of both: the seed's cost
-    lies between 1 - upper/lower and 1 - lower/upper."""
-    pairs = [(p, b) for p, b in zip(pol, base) if b["max_rate"] > 0]
-    if not pairs:
-        return {"capacity_cost_note": "no_sync met the target at no load searched: no cost to measure"}
-    mid = [1 - p["max_rate"] / b["max_rate"] for p, b in pairs]
-    lows = [1 - p["max_rate_high"] / b["max_rate"] for p, b in pairs]
-    highs = [1 - p["max_rate"] / b["max_rate_high"] if math.isfinite(b["max_rate_high"]) else 1.0 for p, b in pairs]
-    return {
-        "capacity_cost_fraction": float(np.mean(mid)),
-        "capacity_cost_ci_low": _end(lows, low=True),
-        "capacity_cost_ci_high": _end(highs, low=False),
-    }
+def _rates(per_seed: list[dict], prefix: str) -> dict[str, float]:
+    """An arm's largest rate per sidecar and its interval (bracket_interval), under `prefix`."""
+    m, lo, hi = bracket_interval([r["max_rate"] for r in per_seed], [r["max_rate_high"] for r in per_seed])
+    return {f"{prefix}max_rate_rps_per_sidecar": m, f"{prefix}max_rate_ci_low": lo, f"{prefix}max_rate_ci_high": hi}
+
+
+def _cost(by: dict[str, list[dict]], a: str, b: str, c: str) -> tuple[float, float, float, str]:
+    """(a - b) / c per seed, of the arms' largest rates (each seed's lower bracket end), and the mean
+    over seeds; the interval holds every seed's brackets: per seed the least and the greatest value
+    over the brackets' corners (the figure is monotone in each rate), then the CI's low end of the
+    least and its high end of the greatest. A seed where `c` met the target at no load is left out."""
+    keep = [i for i, r in enumerate(by[c]) if r["max_rate"] > 0]
+    if not keep:
+        return math.nan, math.nan, math.nan, f"{_ARM_NAMES[c]} met the target at no load searched: no cost to measure"
+    names = sorted({a, b, c})
+
+    def f(v: dict[str, float]) -> float:
+        x = (v[a] - v[b]) / v[c]
+        return x if abs(x) < 1e100 else math.copysign(math.inf, x)
+
+    mids, lows, highs = [], [], []
+    for i in keep:
+        mids.append(f({k: by[k][i]["max_rate"] for k in names}))
+        ends = [(by[k][i]["max_rate"], min(by[k][i]["max_rate_high"], _BIG)) for k in names]
+        corners = [f(dict(zip(names, vals))) for vals in product(*ends)]
+        lows.append(min(corners))
+        highs.append(max(corners))
+    return float(np.mean(mids)), _end(lows, low=True), _end(highs, low=False), ""
+
+
+_ARM_NAMES = {NO_TRAINING: "the fleet without training", BASELINE: "no_sync", "policy": "the policy"}
 
 
 def monotone_warning(per_seed: list[dict[str, Any]]) -> str:

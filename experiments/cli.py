@@ -24,6 +24,7 @@ from wadiloco.models.errors import InputError
 COMMAND_MODULES = [
     "wadiloco.experiments.commands",
     "wadiloco.experiments.planning_cli",
+    "wadiloco.experiments.safe",
     "wadiloco.experiments.network_cli",
     "wadiloco.experiments.sweep.cli",
 ]

@@ -28,6 +28,11 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite the result of an earlier run in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     p.add_argument("--check", action="store_true", help="check invariants at the end of the run")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the paired run without merges (no_sync on the same seed) that the sync-excess is measured against",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("show", help="print a scenario as it runs: every field, defaults filled in, after --set")
@@ -126,6 +131,8 @@ def cmd_run(args) -> int:
     from wadiloco.experiments import provenance
     from wadiloco.experiments.output import ResultDir, dumps
     from wadiloco.experiments.runner import run_one
+    from wadiloco.models.results.counterfactual import BASELINE_POLICY
+    from wadiloco.models.results.counterfactual import paired as counterfactual
     from wadiloco.models.spec.limits import check_run, notes
 
     sc, r = load_run(args)
@@ -134,13 +141,20 @@ def cmd_run(args) -> int:
     for note in notes(sc, r.policy_name):
         sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
-    res = run_one(r, args.seed, draw=args.draw, check=check)
+    paired = not args.no_baseline and r.policy_name != BASELINE_POLICY and r.training.enabled
+    # the twin without merges runs first: the run with merges then replays what it shares with it
+    # (experiments.runner: the same results, less work)
+    base = run_one(r, args.seed, BASELINE_POLICY, {}, check=check, share=True) if paired else None
+    res = run_one(r, args.seed, draw=args.draw, check=check, share=paired)
     s = res.record()  # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
+    if base is not None:
+        s.update(counterfactual(res.summary, res.requests, base.summary, base.requests))
+        s["no_sync_wall_time_s"] = base.summary["wall_time_s"]
     s["provenance"] = provenance.of_run(sc, r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
         out.open()
         try:
-            _write_run(out, res, s)
+            _write_run(out, res, s, base)
         except BaseException:
             out.discard()  # what this run created, and only that
             raise
@@ -151,13 +165,18 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _write_run(out, res, s: dict) -> None:
+def _write_run(out, res, s: dict, base=None) -> None:
+    """requests.csv (with `slo_violated_no_sync` where the paired run served the same requests),
+    merges.csv, timeline.csv and summary.json."""
     import pandas as pd
 
     from wadiloco.experiments.output import dumps, requests_csv
     from wadiloco.models.results.run import merge_rows
 
-    out.write("requests.csv", requests_csv(res.requests))
+    req = res.requests
+    if base is not None and s.get("by_request") is not None:
+        req = {**req, "violated_no_sync": base.requests["violated"]}
+    out.write("requests.csv", requests_csv(req))
     out.write("merges.csv", pd.DataFrame(merge_rows(res.merges)).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
     out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
@@ -186,35 +205,85 @@ def cmd_show(args) -> int:
 
 
 def format_summary(s: dict, horizon_s: float | None = None, drain_s: float | None = None) -> str:
-    """The text summary: latencies in ms below a second, shares in percent, counts with separators."""
-    ph = s["merge_phase_mean_s"]
+    """The text summary, led by what the merges did when `run` measured it (the sync-excess against
+    no_sync on the same seed): latencies in ms below a second, shares in percent, counts with
+    separators."""
     span = f"{s['sim_time_s']:.0f} s simulated"
     if horizon_s is not None and drain_s is not None:
         span = f"{horizon_s:g} s of arrivals + {drain_s:g} s drain = {span}"
+    twin = f"; its no_sync twin {s['no_sync_wall_time_s']:.2f} s" if "no_sync_wall_time_s" in s else ""
     lines = [
-        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  ({span} in {s['wall_time_s']:.2f} s wall)",
+        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  ({span} in {s['wall_time_s']:.2f} s wall"
+        f"{twin})",
+        *_excess_lines(s),
         f"requests            {s['requests']:>10,d}   completed {s['completed']:,d}  unfinished {s['unfinished']:,d}"
         + ("  (unfinished count as violations)" if s["unfinished"] else ""),
         _slo_line(s),
         "TTFT p50/p95/p99    " + _latencies(s, "ttft"),
         "TPOT p50/p95        " + _latencies(s, "tpot", (50, 95)),
         "E2E  p50/p95/p99    " + _latencies(s, "e2e"),
-        f"merges              {s['merges']:>10d}   at steps {s['merge_steps'][:12]}"
-        f"{' ...' if len(s['merge_steps']) > 12 else ''}",
+        *_merge_lines(s),
+        f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']:,d} inner steps",
+    ]
+    return "\n".join(lines)
+
+
+def _excess_lines(s: dict) -> list[str]:
+    """What the merges did: the sync-excess and extra violations against no_sync on the same seed, the
+    merges' share of the violations, and the requests that violate only with merges or only without."""
+    if "sync_excess" not in s:
+        return []
+    b, extra, share = s["baseline"], s["extra_violations"], s["merges_violation_share"]
+    same = ", same requests" if s["by_request"] is not None else ""
+    if extra > 0:
+        what = f"the merges add {share:.1%} of this run's violations"
+    else:
+        what = "the merges add none" if extra == 0 else "the merges relieve serving"
+    lines = [
+        f"sync-excess         {100 * s['sync_excess']:>+10.2f} pp   {extra:+,d} violations: "
+        f"{s['slo_violations']:,d} with merges vs {b['slo_violations']:,d} under no_sync "
+        f"({b['slo_violation_rate']:.2%}; same seed{same}): {what}"
+    ]
+    br = s["by_request"]
+    if br is not None:
+        lines.append(
+            f"  paired by request {br['only_with_merges']:>10,d} violate only with merges (overlapping "
+            f"{_counts(br['only_with_merges_by_phase'])}), {br['only_without_merges']:,d} only without"
+        )
+    return lines
+
+
+def _merge_lines(s: dict) -> list[str]:
+    """The merges, one still running at the end (unfinished), their phases, and the violations that
+    overlapped each phase (overlap, not cause: the sync-excess says what the merges did)."""
+    steps, late = s["merge_steps"], s.get("unfinished_merge_step")
+    lines = [
+        f"merges              {s['merges']:>10d}   at steps {steps[:12]}{' ...' if len(steps) > 12 else ''}"
+        + (f"; 1 more, at step {late:,d}, still running at the end (unfinished)" if late is not None else "")
     ]
     if s["merges"]:
-        lines += [
+        ph = s["merge_phase_mean_s"]
+        lines.append(
             f"merge duration      {s['merge_duration_mean_s']:>10.2f} s mean: "
-            + ", ".join(f"{k} {_dur(v)}" for k, v in ph.items()),
-            "violations by phase " + ", ".join(f"{k} {v:,d}" for k, v in s["violations_by_phase"].items()),
-        ]
+            + ", ".join(f"{k} {_dur(v)}" for k, v in ph.items())
+        )
+    if s["merges"] or late is not None:
+        lines.append(
+            "violations overlapping phase " + _counts(s["violations_by_phase"]) + " (overlap is not cause: "
+            "see the sync-excess)"
+        )
+    elif s["policy"] != "no_sync" and s["inner_steps"] == 0:
+        lines.append("training is off (training.enabled: false): no inner step, no merge")
     elif s["policy"] != "no_sync":
         lines.append(
             f"warning: no merge in this run ({s['inner_steps']} inner steps), so it says nothing about merges; "
             "lengthen horizon_s (--set horizon_s=...) or shorten the policy's interval"
         )
-    lines.append(f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']:,d} inner steps")
-    return "\n".join(lines)
+    return lines
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k} {v:,d}" for k, v in d.items())
 
 
 def _slo_line(s: dict) -> str:

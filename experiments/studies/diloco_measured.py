@@ -320,7 +320,7 @@ def run_cell(cell: Cell, fit: ClusterFit, data: dict):
     horizon = _horizon(cell, fit, data)
     for _ in range(20):
         res = simulate(from_dict(scenario(cell, fit, data, horizon), f"<{cell.name}>"), 0)
-        done = {m.step for m in res.merges}
+        done = {m.step for m in res.completed_merges}
         if any(k == cell.budget for k, _, _ in res.decisions) and (cell.budget % cell.H or cell.budget in done):
             return res
         horizon *= 2
@@ -333,7 +333,7 @@ def window(res, cell: Cell, fit: ClusterFit) -> dict:
     outer steps run in it (the outer step after the window's first sync lands on its first step, the
     one after its last on the step after the window); sync: the timed syncs, barrier to all-reduce end."""
     ends = {0: 0.0, **{k: t for k, t, _ in res.decisions}}
-    merges = {m.step: m for m in res.merges}
+    merges = {m.step: m for m in res.completed_merges}
 
     def edge(k: int) -> float:
         return merges[k].phases["allreduce"][1] if k in merges else ends[k]
@@ -356,7 +356,7 @@ def window(res, cell: Cell, fit: ClusterFit) -> dict:
 def ddp_window(res, cell: Cell, fit: ClusterFit, n_params: int) -> dict:
     """A DDP run: the fleet's all-reduce of a step, less what backward hides (the fleet blocks a step
     for all of it; DDP starts it during backward: that overlap is taken off here, beside the run)."""
-    ars = [m.phases["allreduce"] for m in res.merges if cell.warmup < m.step <= cell.budget]
+    ars = [m.phases["allreduce"] for m in res.completed_merges if cell.warmup < m.step <= cell.budget]
     ar = sum(b - a for a, b in ars) / len(ars)
     run = _ddp_run(cell, n_params)
     blocked = co.DDPRun(run.nominal_bps, 0.0, run.compute_s, run.grad_bytes, fit.ddp_overlap).blocked(ar)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.policies.base import Params, Policy, PolicyContext
 from wadiloco.models.spec.schema import validate
 
-POLICIES: dict[str, type[Policy]] = {}
+POLICIES: Registry[str, type[Policy]] = Registry("policy")
 RENAMED = {"offline_calibrated": "overlap_oracle"}  # old name -> new: named in the error for the old one
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.spec.schema import validate
 
 
@@ -69,7 +70,7 @@ def least(view: RouterView, score, among=None) -> int:
     return best_s
 
 
-ROUTERS: dict[str, type[Router]] = {}
+ROUTERS: Registry[str, type[Router]] = Registry("router")
 
 
 def register(cls: type[Router]) -> type[Router]:

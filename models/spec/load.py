@@ -20,8 +20,10 @@ from wadiloco.models.cotenant import check_timetable
 from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
+from wadiloco.models.results.blocks import RESULT_BLOCKS
 from wadiloco.models.spec.scenario import (
     PHYSICS_GIVES,
+    PLUGIN_BLOCKS,
     SHAPE_FIELDS,
     EngineConfig,
     FleetConfig,
@@ -99,7 +101,7 @@ def check_inputs(sc: Scenario, file: object) -> None:
     if path is not None:
         check_refs(path, sc.engine.model, None, file)
     policy = check_policy(sc, *policy_choice(sc, None, None), file, "policy")
-    c, lab = sc.cotenant, sc.testbed_labels
+    c = sc.cotenant
     if c is not None:
         check_timetable(c.timetable, sc.horizon_s, sc.base_dir, file, "cotenant.timetable")
         if c.weight is None and path is None:
@@ -108,8 +110,8 @@ def check_inputs(sc: Scenario, file: object) -> None:
             )
         if c.weight is None:
             check_refs(path, None, c.profile_entry, file)
-    if lab is not None:
-        check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
+    for name, block in plugin_blocks(sc, file):
+        RESULT_BLOCKS[name].check(block, sc.horizon_s, sc.base_dir, file)
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
 
@@ -164,6 +166,20 @@ def _check_physics(sc: Scenario, file: object) -> None:
             "engine.tensor_parallel",
             f"{e.tensor_parallel} does not divide {shape.name}'s {shape.heads} attention heads",
         )
+
+
+def plugin_blocks(sc: Scenario, file: object) -> list[tuple[str, Any]]:
+    """The scenario's blocks a plug-in resolves (scenario.PLUGIN_BLOCKS) that it sets, as (name, block),
+    in that order; one with no plug-in registered for it is an input error."""
+    out = []
+    for name in PLUGIN_BLOCKS:
+        block = getattr(sc, name)
+        if block is None:
+            continue
+        if name not in RESULT_BLOCKS:
+            raise InputError(file, name, f"no plug-in resolves this block (registered: {RESULT_BLOCKS.known()})")
+        out.append((name, block))
+    return out
 
 
 # What validation parsed of each live scenario's free-form blocks, by the scenario's identity: the

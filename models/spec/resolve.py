@@ -5,8 +5,9 @@ is resolved here once per run: the workload's params parsed (a trace loaded, onc
 file), the policy checked against the merge corridor, the engine profile fitted (once per file
 content: models.engine.profiles), the latency law, host time per iteration, engine step, KV pool and
 prefix cache sizes, the interference weights, merge phase sizes and bandwidths, link capacities, the
-co-tenant and label timetables. What a combination of fields rules out (a router in front of a
-closed loop, disaggregated serving with a prefix cache, ...) is an input error here, naming the field.
+co-tenant's timetable and the blocks a plug-in resolves (the testbed's labels). What a combination
+of fields rules out (a router in front of a closed loop, disaggregated serving with a prefix cache,
+...) is an input error here, naming the field.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
+from wadiloco.models.cotenant import CotenantPlan, cotenant_plan
 from wadiloco.models.engine import catalog
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.catalog import GPU, ModelShape
@@ -27,8 +28,9 @@ from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.network.collective import link_efficiency, ring_latency_s
+from wadiloco.models.results.blocks import RESULT_BLOCKS
 from wadiloco.models.routers import ROUTERS, parse_router
-from wadiloco.models.spec.load import check_policy_in, checked, policy_choice, scenario_from_dict
+from wadiloco.models.spec.load import check_policy_in, checked, plugin_blocks, policy_choice, scenario_from_dict
 from wadiloco.models.spec.run import (
     EngineSpec,
     FleetSpec,
@@ -89,7 +91,7 @@ def resolve(
         disagg=_handoff(sc.disagg, engine, tuple(sorted(sc.disagg.prefill_sidecars)) if sc.disagg else ()),
         remote_kv=_handoff(sc.remote_kv, engine, ()),
         cotenant=_cotenant(sc, file, profile.cotenant(entry, file) if profile and entry else None),
-        labels=_labels(sc, file),
+        extras=_extras(sc, file),
     )
 
 
@@ -333,6 +335,7 @@ def training_spec(sc: Scenario) -> TrainingSpec:
         horizon_s=sc.horizon_s,
         phases=tuple(sc.merge.phases),
         streaming=sc.merge.fragments > 1,
+        enabled=t.enabled,
     )
 
 
@@ -396,9 +399,9 @@ def _cotenant(sc: Scenario, file: object, fitted: float | None) -> CotenantPlan 
     return cotenant_plan(c, float(weight), sidecars, sc.horizon_s, sc.base_dir, file)
 
 
-def _labels(sc: Scenario, file: object) -> LabelPlan | None:
-    lab = sc.testbed_labels
-    return label_plan(lab, sc.horizon_s, sc.base_dir, file) if lab is not None else None
+def _extras(sc: Scenario, file: object) -> tuple:
+    """What the blocks a plug-in resolves add to the run's result (models.results.blocks)."""
+    return tuple(RESULT_BLOCKS[n].extra(b, sc.horizon_s, sc.base_dir, file) for n, b in plugin_blocks(sc, file))
 
 
 def check_combinations(sc: Scenario, closed: bool, file: object) -> None:

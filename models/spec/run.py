@@ -6,8 +6,8 @@ scenario. The fleet (sim.fleet) hands each part its own sub-spec: the resources 
 KV pool and prefix cache sizes), the merge executor a `MergeSpec` (phase sizes, bandwidths and
 interference weights), the trainer a `TrainingSpec`, the monitor a `MonitorSpec`, the policy a
 `PolicySpec`, the arrivals a `WorkloadSpec`; the extras (a router, disaggregated serving, a remote KV
-pool, a GPU co-tenant, testbed labels) theirs, or None. Sizes in bytes, bandwidths in Gb/s, times
-in seconds, as in the scenario.
+pool, a GPU co-tenant) theirs, or None; the blocks a plug-in resolves (the testbed's labels) come as
+result extras (`extras`). Sizes in bytes, bandwidths in Gb/s, times in seconds, as in the scenario.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan
+from wadiloco.models.cotenant import CotenantPlan
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.policies import Params, Policy
 from wadiloco.models.spec.load import check_policy_in
@@ -152,6 +152,7 @@ class TrainingSpec:
     horizon_s: float
     phases: tuple[str, ...]  # a merge's phases, in order (none: instantaneous)
     streaming: bool  # merge.fragments > 1: a merge is a Streaming DiLoCo round
+    enabled: bool = True  # training.enabled: false: the islands never step (a fleet that only serves)
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ class RunSpec:
     disagg: HandoffSpec | None = None
     remote_kv: HandoffSpec | None = None
     cotenant: CotenantPlan | None = None
-    labels: LabelPlan | None = None
+    extras: tuple = ()  # result extras of the blocks a plug-in resolves (models.results.blocks)
 
     @property
     def policy_name(self) -> str:

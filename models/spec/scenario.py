@@ -374,6 +374,12 @@ class SLOConfig(Strict):
 class TrainingConfig(Strict):
     """The DiLoCo islands' inner steps and the model whose loss the progress heuristic tracks."""
 
+    enabled: bool = Field(
+        True,
+        description="false: the fleet only serves: no inner step, no merge, nothing of training on any GPU, host, "
+        "link or store (the policy is never asked). The 'no training' capacity of `wadiloco capacity` and "
+        "`whatif` is a run with this off. Source: project choice (a what-if switch).",
+    )
     step_time_s: float = Field(
         0.5, gt=0, description="Mean inner-step time of an island. Unit: s. Source: design card."
     )
@@ -580,7 +586,7 @@ class InterferenceConfig(Strict):
     )
 
 
-# ---- on/off timetables (models.testbed.timetables) and the GPU co-tenant that follows one ------------
+# ---- on/off timetables (models.timetables; built by kind in models.cotenant) and the GPU co-tenant ----
 # Times are seconds of simulated time, which is the testbed's serving time (0 = its `start`).
 
 
@@ -799,6 +805,12 @@ class LabelsConfig(Strict):
     )
 
 
+# Scenario blocks a plug-in resolves into an extra of the run's result (models.results.blocks):
+# `testbed_labels`, by the testbed plug-in (models/testbed/plugin.py). One set with no plug-in for it
+# is an input error.
+PLUGIN_BLOCKS = ("testbed_labels",)
+
+
 class PolicyConfig(Strict):
     """The merge policy a run uses (`wadiloco policies` lists them with their parameters)."""
 
@@ -987,6 +999,7 @@ OPT_IN_FIELDS = (
     "router",
     "disagg",
     "remote_kv",
+    "training.enabled",
 )
 
 

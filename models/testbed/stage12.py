@@ -21,7 +21,7 @@ import random
 
 import numpy as np
 
-from wadiloco.models.testbed.timetables import bursty
+from wadiloco.models.timetables import bursty
 
 COUNT = 8  # the wa_diloco merge count of every seed (3.6)
 DURATION_S = 600.0

@@ -12,7 +12,7 @@ when requests finish there, so a closed loop costs no SimPy process per user or 
 Every request carries a tag (its batch, or its user), which is how the client knows its requests:
 indices of requests that have not arrived yet move as others are inserted before them.
 `lengths(index, size)` gives the prompt and output tokens of the `size` requests from global request
-index `index` on (the testbed cycles its prompts by that index: models.testbed.prompts).
+index `index` on (a prompt set is cycled by that index: models.workload.prompt_sets).
 """
 
 from __future__ import annotations

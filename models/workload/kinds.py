@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.rng import stream
 from wadiloco.models.spec.schema import Strict, check_input, validate
-from wadiloco.models.testbed import prompts
 from wadiloco.models.workload import clients
+from wadiloco.models.workload.prompt_sets import PROMPT_SETS, output_batch
 from wadiloco.models.workload.traces import MAX_TOKENS, Trace, load_trace_cached
 
 # Sanity guards: past these a run would not fit in memory; it is a typo (load, horizon, period).
@@ -98,7 +99,7 @@ class WorkloadKind:
     clients: Callable[[Any, ClientContext], list] | None = None
 
 
-WORKLOADS: dict[str, WorkloadKind] = {}
+WORKLOADS: Registry[str, WorkloadKind] = Registry("workload kind")
 
 
 def _clean_doc(doc: str | None) -> str:
@@ -116,9 +117,7 @@ def workload(name: str, params: type[BaseModel]):
 
 
 def _register(entry: WorkloadKind) -> None:
-    if entry.name in WORKLOADS:
-        raise ValueError(f"workload kind {entry.name!r} registered twice")
-    WORKLOADS[entry.name] = entry
+    WORKLOADS.add(entry.name, entry)
 
 
 def synthetic(name: str, params: type[BaseModel]):
@@ -545,15 +544,24 @@ class ClosedLoopParams(Strict):
     think_s: float | ConstantThink | ExponentialThink = Field(
         0.0, description="users mode: think time from an answer to the next request (s, or a distribution)"
     )
-    prompts: Literal["short", "mixed", "long"] | PromptLengths = Field(
-        "mixed", description="a testbed prompt set (cycled by the global request index) or a length distribution"
+    prompts: str | PromptLengths = Field(
+        "mixed",
+        description="a registered prompt set by name, cycled by the global request index (the testbed's: short, "
+        "mixed, long), or a length distribution",
     )
     output_tokens: int | list[int] | OutputLengths = Field(
-        128, description="fixed output tokens, one per prompt slot (4), or a length distribution"
+        128, description="fixed output tokens, one per prompt slot (cycled as the prompts), or a length distribution"
     )
     start_delay_s: float | Literal["profile"] | None = Field(
         None, description="serving starts then (s); profile (or null under engine.profile): the fitted delay"
     )
+
+    @field_validator("prompts")
+    @classmethod
+    def _known_set(cls, v: str | PromptLengths) -> str | PromptLengths:
+        if isinstance(v, str) and v not in PROMPT_SETS:
+            raise ValueError(f"unknown prompt set {v!r}; known: {PROMPT_SETS.known()}")
+        return v
 
     @model_validator(mode="after")
     def _one_mode(self):
@@ -564,13 +572,19 @@ class ClosedLoopParams(Strict):
         out = self.output_tokens
         if isinstance(out, int) and not 1 <= out <= MAX_TOKENS:
             raise ValueError(f"output_tokens must be in [1, {MAX_TOKENS}] (got {out})")
-        if isinstance(out, list) and (len(out) != prompts.SLOTS or not all(1 <= o <= MAX_TOKENS for o in out)):
-            raise ValueError(f"a per-slot output_tokens list needs {prompts.SLOTS} values in [1, {MAX_TOKENS}]")
+        if isinstance(out, list) and (len(out) != self._slots() or not all(1 <= o <= MAX_TOKENS for o in out)):
+            raise ValueError(f"a per-slot output_tokens list needs {self._slots()} values in [1, {MAX_TOKENS}]")
         if isinstance(self.start_delay_s, float) and self.start_delay_s < 0:
             raise ValueError("start_delay_s must be >= 0")
         if isinstance(self.think_s, float) and not 0 <= self.think_s <= 86400:
             raise ValueError("think_s must be in [0, 86400] s")
         return self
+
+    def _slots(self) -> int:
+        """Prompt slots a per-slot list cycles over: the named set's, else the list's own."""
+        if isinstance(self.prompts, str):
+            return PROMPT_SETS[self.prompts].n_slots
+        return len(self.output_tokens) if isinstance(self.output_tokens, list) else 1
 
 
 def _no_arrivals(p: ClosedLoopParams, ctx: Context) -> list[Arrivals]:
@@ -582,12 +596,12 @@ def _closed_lengths(p: ClosedLoopParams, seed: int, sidecar: int) -> clients.Len
     """Prompt and output tokens of `size` requests from global index `index` on; distributions draw
     from the sidecar's ("tokens", i) stream in creation order."""
     rng = stream(seed, "tokens", sidecar)
-    pset = prompts.PROMPT_SETS[p.prompts] if isinstance(p.prompts, str) else None
+    pset = PROMPT_SETS[p.prompts] if isinstance(p.prompts, str) else None
     out = p.output_tokens
 
     def lengths(index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
         prompt = pset.batch(index, size) if pset is not None else p.prompts.sample(rng, size)
-        output = out.sample(rng, size) if isinstance(out, OutputLengths) else prompts.output_batch(out, index, size)
+        output = out.sample(rng, size) if isinstance(out, OutputLengths) else output_batch(out, index, size)
         return prompt, output
 
     return lengths

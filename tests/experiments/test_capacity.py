@@ -142,3 +142,72 @@ def test_capacity_estimate_separates_stable_from_saturated(graphs):
     assert srv >= 0.97 * off and q < 50
     off, srv, q = out[1.15]
     assert srv < 0.95 * off and q > 500
+
+
+def _mm1_fleet(**over) -> dict:
+    """One sidecar serving an M/M/1 queue (service 0.1 s: mu = 10 req/s) on the GPU training shares
+    (colocation same_gpu), one island whose merges are instantaneous and steps exact, so that a
+    merge's barrier frees the GPU for no time at all."""
+    base = {
+        "name": "mm1_training",
+        "horizon_s": 1200,
+        "drain_s": 200,
+        "fleet": {"islands": 1, "hosts_per_island": 1, "sidecars_per_host": 1, "colocation": "same_gpu"},
+        "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 1_000_000, "host_overhead_s": 0.0},
+        "slo": {"ttft_s": 1.0, "tpot_s": 1.0},
+        "training": {"step_jitter": 0.0},
+        "merge": {"h_min": 1, "h_max": 64, "phases": []},
+        "interference": {"gpu_inner_weight": 1.0, "gpu_outer_weight": 1.0},
+        "workload": {"kind": "test_mm1"},
+        "policy": {"name": "fixed", "params": {"H": 32}},
+    }
+    for k, v in over.items():
+        base[k] = {**base[k], **v} if isinstance(v, dict) else v
+    return base
+
+
+MM1_SPEC = SearchSpec(attainment=0.9, tol=0.02, lo=0.05, hi=1.0)
+
+
+def _mm1_capacity(sc, shared_rate: float) -> tuple[dict, float, float]:
+    """The capacity search on `sc`, and the M/M/1 answers at 90% attainment within 1 s with the
+    GPU to itself (mu) and with `shared_rate` of it (mu x shared_rate): lambda* = mu' - ln 10."""
+    r = capacity(sc, "fixed", {"H": 32}, seeds=2, spec=MM1_SPEC, fleet_kw={"latency": MM1_LATENCY})
+    mu = 1 / (B * MEAN_PROMPT)
+    return r, mu - math.log(10), mu * shared_rate - math.log(10)
+
+
+def test_training_cost_is_the_gpu_share_inner_steps_take():
+    """gpu_sharing timeslice with an inner-step weight of 1: while it trains, the sidecar keeps half its
+    GPU, so an M/M/1 sidecar's capacity at 90% attainment falls from mu - ln 10 to mu/2 - ln 10: training
+    costs 1 - (mu/2 - ln 10)/(mu - ln 10) of it, by construction. Merges are instantaneous and their
+    barrier frees the GPU for no time: they cost nothing."""
+    sc = scenario_from_dict(_mm1_fleet(fleet={"gpu_sharing": "timeslice"}))
+    r, full, half = _mm1_capacity(sc, 0.5)
+    expected = 1 - half / full
+    assert r["per_seed"][0]["merges"] > 10  # merges happened: their cost is measured, not assumed
+    assert abs(r["no_training_max_rate_rps_per_sidecar"] - full) / full < 0.04
+    assert abs(r["no_sync_max_rate_rps_per_sidecar"] - half) / half < 0.06
+    assert abs(r["training_cost_fraction"] - expected) < 0.035, (r["training_cost_fraction"], expected)
+    assert r["training_cost_ci_low"] <= expected <= r["training_cost_ci_high"]
+    assert abs(r["merges_cost_fraction"]) <= 0.02 and r["merges_cost_ci_low"] <= 0 <= r["merges_cost_ci_high"]
+    assert r["total_cost_fraction"] == pytest.approx(r["training_cost_fraction"] + r["merges_cost_fraction"])
+
+
+def test_merges_cost_is_the_gpu_share_a_merge_takes():
+    """The other way round: training's GPU work is only its merges (gpu_sharing merges), and the first
+    merge's outer step, at step 1, never ends (a rate of one element per second): from 0.5 s to the
+    end the sidecar keeps half its GPU. Inner steps touch nothing of serving, so training without
+    merges costs exactly nothing, and the merges cost 1 - (mu/2 - ln 10)/(mu - ln 10)."""
+    sc = scenario_from_dict(
+        _mm1_fleet(merge={"h_min": 1, "phases": ["outer"], "outer_elements_per_s": 1.0}, policy={"params": {"H": 1}})
+    )
+    r = capacity(sc, "fixed", {"H": 1}, seeds=2, spec=MM1_SPEC, fleet_kw={"latency": MM1_LATENCY})
+    mu = 1 / (B * MEAN_PROMPT)
+    full, half = mu - math.log(10), mu / 2 - math.log(10)
+    assert [s["max_rate"] for s in r["no_sync_per_seed"]] == [s["max_rate"] for s in r["no_training_per_seed"]]
+    assert r["training_cost_fraction"] == 0.0
+    expected = 1 - half / full
+    assert abs(r["merges_cost_fraction"] - expected) < 0.035, (r["merges_cost_fraction"], expected)
+    assert r["merges_cost_ci_low"] <= expected <= r["merges_cost_ci_high"]
+    assert r["per_seed"][0]["merges"] == 1  # the one merge, still running at the end (unfinished), counts

@@ -161,3 +161,56 @@ def test_the_scenario_check_fires(tmp_path):
     (tmp_path / "b.py").write_text("import wadiloco.models.spec.load as L\nx: L.Scenario\n")
     (tmp_path / "c.py").write_text("from wadiloco.models.spec.run import RunSpec\n")
     assert scenario_users([tmp_path / n for n in ("a.py", "b.py", "c.py")]) == ["a.py:1", "b.py:2"]
+
+
+# ---- the testbed twin is a plug-in: the core never imports it -------------------------------------------
+# The core is every module of models/ and sim/ but the twin itself (models/testbed); the twin is its
+# package and the studies that tabulate it (experiments/studies/testbed_*). The core's registries load
+# the twin at run time (models.plugins), by a name no import statement holds.
+
+
+def _is_plugin(name: str) -> bool:
+    return (
+        name == "wadiloco.models.testbed"
+        or name.startswith("wadiloco.models.testbed.")
+        or name.startswith("wadiloco.experiments.studies.testbed_")
+    )
+
+
+def _is_core(name: str) -> bool:
+    return name.startswith(("wadiloco.models", "wadiloco.sim")) and not _is_plugin(name)
+
+
+def plugin_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every core module that reaches the twin through imports, direct or through other modules, with
+    the path (a -> ... -> the twin's module)."""
+    out = []
+    for root in sorted(n for n in graph if _is_core(n)):
+        seen, stack = {root}, [[root]]
+        while stack:
+            path = stack.pop()
+            for nxt in sorted(graph.get(path[-1], ())):
+                if _is_plugin(nxt):
+                    out.append(" -> ".join(path + [nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(path + [nxt])
+    return out
+
+
+def test_the_core_never_imports_the_testbed():
+    core = [n for n in GRAPH if _is_core(n)]
+    assert any(n.startswith("wadiloco.sim.") for n in core) and "wadiloco.models.spec.resolve" in core
+    assert "wadiloco.models.testbed.plugin" in GRAPH and not _is_core("wadiloco.models.testbed.plugin")
+    bad = plugin_imports(GRAPH)
+    assert not bad, "register through a core registry (models.plugins) instead: " + "; ".join(bad[:5])
+
+
+def test_the_testbed_import_check_fires():
+    g = {k: set(v) for k, v in GRAPH.items()}
+    g["wadiloco.models.workload.prompt_sets"].add("wadiloco.models.testbed.prompts")  # a direct import
+    g["wadiloco.models.spec.files"].add("wadiloco.experiments.studies.testbed_table")  # a study
+    found = plugin_imports(g)
+    assert "wadiloco.models.workload.prompt_sets -> wadiloco.models.testbed.prompts" in found
+    assert "wadiloco.sim.fleet" in " ".join(found)  # and whatever reaches them, however far round
+    assert any(p.endswith("wadiloco.models.spec.files -> wadiloco.experiments.studies.testbed_table") for p in found)

@@ -19,11 +19,11 @@ import pytest
 from shipped import load_shipped
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.results.metrics import LABEL_COLUMNS
 from wadiloco.models.spec.load import scenario_from_dict, with_overrides
 from wadiloco.models.spec.resolve import resolve
-from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
+from wadiloco.models.testbed.labels import LABEL_COLUMNS
+from wadiloco.models.testbed.pressure import max_pressure
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fabric import Fabric
 from wadiloco.sim.fleet import Fleet, simulate
@@ -267,8 +267,8 @@ def test_labels_only_when_asked():
     t = lab.requests["arrival"]
     assert _same(plain, lab)  # labels change no result
     assert np.array_equal(lab.requests["sync_active"], np.mod(t, 10.0) <= 3.0)
-    assert np.array_equal(lab.requests["max_pressure"], tt.max_pressure(t, 20.0))
-    assert np.array_equal(lab.requests["high_pressure"], tt.max_pressure(t, 20.0) >= 0.6)
+    assert np.array_equal(lab.requests["max_pressure"], max_pressure(t, 20.0))
+    assert np.array_equal(lab.requests["high_pressure"], max_pressure(t, 20.0) >= 0.6)
     bursty = simulate(_sc(testbed_labels={"pressure": {"kind": "bursty", "period_s": 20.0, "window_s": 5.0}}), 0)
     busy = np.mod(bursty.requests["arrival"], 20.0) < 5.0
     assert np.array_equal(bursty.requests["max_pressure"], np.where(busy, 0.95, 0.20))

@@ -13,10 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from wadiloco.models import timetables as tt
 from wadiloco.models.errors import InputError
 from wadiloco.models.testbed import harness_policies as hp
+from wadiloco.models.testbed import pressure as tp
 from wadiloco.models.testbed import prompts, stage12
-from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.harness import (
     BOUNDARY_S,
     HARNESS_POLICIES,
@@ -94,11 +95,11 @@ def test_intervals_are_sorted_merged_clipped_and_agree_with_the_rule():
     rng = np.random.default_rng(7)
     tables = [
         tt.periodic(37, 8, horizon=1800),
-        tt.pressure(90, horizon=1800),
-        tt.pressure(300, horizon=1800, threshold=0.45),
+        tp.pressure(90, horizon=1800),
+        tp.pressure(300, horizon=1800, threshold=0.45),
         tt.bursty(120, 30, 7.5, horizon=600),
-        tt.windows([1.0, 5.0, 100.0, 300.0], duration=350.0),
-        tt.pressure(90, horizon=1800) | tt.periodic(37, 8, horizon=1800),
+        tt.windows([1.0, 5.0, 100.0, 300.0], duration=350.0, horizon=600),
+        tp.pressure(90, horizon=1800) | tt.periodic(37, 8, horizon=1800),
     ]
     for table in tables:
         iv = table.intervals
@@ -120,13 +121,13 @@ def test_periodic_is_stage10s_inclusive_rule():
 
 
 def test_pressure_schedule_matches_the_fact_sheet():
-    high = tt.pressure(90, horizon=360)
+    high = tp.pressure(90, horizon=360)
     (a, b), *_ = high.intervals
     assert a == pytest.approx(4.868, abs=5e-4) and b == pytest.approx(40.132, abs=5e-4)
     assert high.intervals[-1] == (270.0, 360.0)
     assert high.fraction() == pytest.approx(0.5439, abs=5e-5)
     # network >= 0.6 exactly at the interval's ends
-    net, inf, ckpt = tt.pressure_values(np.array([a, b]), 90)
+    net, inf, ckpt = tp.pressure_values(np.array([a, b]), 90)
     assert net == pytest.approx([0.6, 0.6]) and (inf < 0.6).all() and (ckpt == 0).all()
 
 
@@ -134,35 +135,35 @@ def test_pressure_values_against_the_formulas():
     for t in (0.0, 12.3, 89.9, 271.0, 1000.0):
         phase = (math.sin(2 * math.pi * t / 90) + 1) / 2
         expect = (0.2 + 0.6 * phase, 0.1 + 0.8 * max(0.0, phase - 0.35) / 0.65, 0.8 if int(t // 90) % 4 == 3 else 0.0)
-        assert [float(x) for x in tt.pressure_values(t, 90)] == pytest.approx(expect)
+        assert [float(x) for x in tp.pressure_values(t, 90)] == pytest.approx(expect)
     t = np.linspace(0, 1800, 10_001)
-    assert ((tt.max_pressure(t, 90) >= 0.6) == tt.pressure(90, horizon=1800).active(t)).all()
+    assert ((tp.max_pressure(t, 90) >= 0.6) == tp.pressure(90, horizon=1800).active(t)).all()
 
 
 def test_both_mode_union_coverage():
     """3.3: "about 64.2%". Exactly from t = 0 over 1800 s it is 64.61%; 64.2% is the long-run share
     (period lcm(360, 37) = 13320 s: 64.25%) and the share of the serving span after ~22 s of init."""
-    union = tt.pressure(90, horizon=1800) | tt.periodic(37, 8, horizon=1800)
+    union = tp.pressure(90, horizon=1800) | tt.periodic(37, 8, horizon=1800)
     assert union.fraction() == pytest.approx(0.6461, abs=1e-4)
     assert union.overlap(22.0, 1800.0) / 1778.0 == pytest.approx(0.642, abs=5e-4)
-    long_run = tt.pressure(90, horizon=13320) | tt.periodic(37, 8, horizon=13320)
+    long_run = tp.pressure(90, horizon=13320) | tt.periodic(37, 8, horizon=13320)
     assert long_run.fraction() == pytest.approx(0.6425, abs=1e-4)
     assert tt.periodic(37, 8, horizon=13320).fraction() == pytest.approx(8 / 37)
 
 
 def test_replayed_windows_are_inclusive_and_wrap_at_d():
-    win = tt.windows([10.0, 100.0])  # D = 108: the trace replays from t = 108
+    win = tt.windows([10.0, 100.0], horizon=600)  # D = 108: the trace replays from t = 108
     assert win.active(10.0) and win.active(18.0) and not win.active(18.001) and not win.active(9.999)
     assert win.active(108.0 + 10.0) and win.active(108.0 + 107.999) and not win.active(108.0 + 50.0)
     assert not win.active(216.0)  # t mod D = 0: the closed interval [208, 216] ends on an open point
     assert win.active(5 * 108.0 + 15.0) and not win.active(600.5)
     assert win.measure() == pytest.approx(sum(b - a for a, b in win.intervals))
     # a trace longer than the horizon is cut; one with D <= 8 s never wraps
-    long = tt.windows([10.0, 650.0])
+    long = tt.windows([10.0, 650.0], horizon=600)
     assert not long.active(650.0) and long.intervals == ((10.0, 18.0),)
-    short = tt.windows([0.0], window=8.0, duration=8.0)
+    short = tt.windows([0.0], window=8.0, duration=8.0, horizon=600)
     assert short.active(8.0) and not short.active(16.0)
-    assert not tt.windows([]).active(5.0) and tt.windows([]).intervals == ()
+    assert not tt.windows([], horizon=600).active(5.0) and tt.windows([], horizon=600).intervals == ()
 
 
 def test_bursty_is_strict_and_sets_concurrency_and_labels():
@@ -172,10 +173,10 @@ def test_bursty_is_strict_and_sets_concurrency_and_labels():
     assert shifted.active(20.0) and not shifted.active(50.0) and not shifted.active(19.99)
     t = np.array([0.0, 29.9, 30.0, 125.0])
     flags = busy.active(t)
-    assert tt.bursty_concurrency(flags).tolist() == [12, 12, 4, 12]
-    net, inf, ckpt = tt.bursty_labels(flags)
+    assert tp.bursty_concurrency(flags).tolist() == [12, 12, 4, 12]
+    net, inf, ckpt = tp.bursty_labels(flags)
     assert net.tolist() == [0.7, 0.7, 0.2, 0.7] and inf.tolist() == [0.95, 0.95, 0.08, 0.95]
-    assert (np.maximum.reduce([net, inf, ckpt]) >= tt.HIGH_PRESSURE).tolist() == flags.tolist()
+    assert (np.maximum.reduce([net, inf, ckpt]) >= tp.HIGH_PRESSURE).tolist() == flags.tolist()
 
 
 def test_sync_trace_files(tmp_path):
@@ -188,15 +189,15 @@ def test_sync_trace_files(tmp_path):
         {"ts_ms": 70000, "event": "coordinator_stop"},
     ]
     log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    trace = tt.load_sync_trace(log)
+    trace = tt.load_trace(log)
     assert trace.starts == (10.0, 50.5) and trace.duration == 69.0
     records[-1]["ts_ms"] = 55000  # stop before the last window ends: D = last start + 8
     log.write_text("\n".join(json.dumps(r) for r in records))
-    assert tt.load_sync_trace(log).duration == 58.5
+    assert tt.load_trace(log).duration == 58.5
     numbers = tmp_path / "starts.txt"
     numbers.write_text("37.5\n\n112.0\n")
-    assert tt.load_sync_trace(numbers) == tt.SyncTrace((37.5, 112.0), 120.0)
-    assert tt.windows_from_file(numbers).active(120.0 + 37.5)
+    assert tt.load_trace(numbers) == tt.WindowTrace((37.5, 112.0), 120.0)
+    assert tt.windows_from_file(numbers, horizon=600).active(120.0 + 37.5)
 
 
 @pytest.mark.parametrize(
@@ -213,7 +214,7 @@ def test_bad_sync_files_name_the_file_and_line(tmp_path, content, where):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
     with pytest.raises(InputError) as err:
-        tt.load_sync_trace(path)
+        tt.load_trace(path)
     assert str(path) in str(err.value) and where in str(err.value)
 
 
@@ -321,7 +322,7 @@ def test_corridor_and_event_log(fits):
 
 def test_event_log_round_trips_through_the_replay_loader(tmp_path, fits):
     run = fits["wa_diloco", 37].run
-    trace = tt.load_sync_trace(write_events(tmp_path / "coordinator.jsonl", run.events))
+    trace = tt.load_trace(write_events(tmp_path / "coordinator.jsonl", run.events))
     assert trace.starts == run.merge_times and trace.duration == pytest.approx(622.979, abs=TOLERANCE_S)
 
 
@@ -346,7 +347,7 @@ def test_online_policy_syncs_early_only_in_quiet_time(fits):
             if steps < 512:
                 early += 1
                 net, inf, _, cost = sidecar.read(t_vote)
-                assert (net, inf) == tt.QUIET_LABELS[:2] and cost < 1.0
+                assert (net, inf) == tp.QUIET_LABELS[:2] and cost < 1.0
             t = t_vote + p.boundary_s
         assert t == pytest.approx(fit.run.merge_times[-1])
     assert early > 0
@@ -356,7 +357,7 @@ def test_sidecar_reads_the_last_published_value():
     p = HarnessParams(pressure_offset_s=2.0)
     mixed = TrainingSidecar("mixed", p, 1000.0)
     net, inf, ckpt, cost = mixed.read(77.9)  # sidecar time 79.9 -> published at 75
-    assert [net, inf, ckpt] == pytest.approx([float(x) for x in tt.pressure_values(75.0, 300.0)]) and cost == 0.0
+    assert [net, inf, ckpt] == pytest.approx([float(x) for x in tp.pressure_values(75.0, 300.0)]) and cost == 0.0
     busy = TrainingSidecar("bursty", p, 1000.0)
     assert busy.read(24.0) == (0.70, 0.95, 0.0, 5.0 / 8.0)  # published at 25: busy, [25, 33] is 5/8 busy
     assert busy.read(28.0) == (0.20, 0.08, 0.0, 0.0)  # published at 30: quiet, [30, 38] quiet

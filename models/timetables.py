@@ -1,16 +1,19 @@
-"""On/off timetables over serving time t (seconds since the testbed's `start`, before engine init).
+"""On/off timetables over simulated time t (seconds): when a co-tenant computes, or a window is open.
 
 A `Timetable` holds two views of one set, both exact (nothing is sampled):
 - `intervals`: sorted, merged closed intervals clipped to [0, horizon], for lengths and overlaps;
-- `active(t)`: membership with exactly the testbed's rule (`<=` or `<`), vectorised over request
+- `active(t)`: membership with exactly the timetable's rule (`<=` or `<`), vectorised over request
   start times. The intervals are the closure of that set: they differ from it only at the end points
   of strict rules, a set of measure zero.
 
-The rules and their sources (docs/sources.md, the paper's testbed): `periodic` is Stage 10's `t mod 37 <= 8` (3.3);
-`pressure` is the 3.2 schedule, high when max(network, inference, checkpoint) >= 0.6; `windows` is
-the replayed schedule of 3.4 (inclusive windows, the `--sync-events-repeat` wrap); `bursty` is the
-busy test of 2.4, `(t + phase) mod period < window` (strict), which also sets c(t) and the bursty
-labels of 2.6.
+The kinds here: `periodic`, on when `(t + phase) mod period <= window` (`<` when not inclusive;
+`bursty` is its strict form, the busy test of a bursty load); `windows`, windows [s, s + window] at
+given starts, from a list or a file (one number per line, or a training coordinator's JSONL event
+log: its `merged` events since `coordinator_start`), replayed with a wrap mod the trace length D.
+`poll_intervals` says when a process that polls every `poll_s` while idle really runs inside a
+timetable's intervals. A plug-in adds kinds of its own (models.cotenant.register_timetable: the
+testbed's pressure schedule). Source: docs/testbed.md (the paper's testbed runs its co-tenant and
+sync windows by these rules).
 """
 
 from __future__ import annotations
@@ -27,9 +30,7 @@ from wadiloco.models.errors import InputError
 
 Rule = Callable[[np.ndarray], np.ndarray]
 
-HIGH_PRESSURE = 0.6  # 2.6 / 3.2: "high" means max pressure >= 0.6
-SYNC_WINDOW_S = 8.0  # 3.4: --sync-window-sec
-REPLAY_HORIZON_S = 600.0  # 2.5: Stages 11-13 serve for 600 s
+WINDOW_S = 8.0  # a replayed window's length unless given (the testbed's --sync-window-sec)
 
 
 def merge_intervals(intervals: Iterable[tuple[float, float]], horizon: float) -> tuple[tuple[float, float], ...]:
@@ -53,7 +54,7 @@ class Timetable:
     rule: Rule
 
     def active(self, t):
-        """The testbed's membership test at t (scalar -> bool, array -> bool array); off outside [0, horizon]."""
+        """The membership test at t (scalar -> bool, array -> bool array); off outside [0, horizon]."""
         x = np.asarray(t, dtype=np.float64)
         on = self.rule(x) & (x >= 0.0) & (x <= self.horizon)
         return bool(on) if on.ndim == 0 else on
@@ -72,7 +73,7 @@ class Timetable:
         return self.measure() / self.horizon if self.horizon > 0 else 0.0
 
     def __or__(self, other: Timetable) -> Timetable:
-        """The union, e.g. Stage 10's `both` stress mode (pressure or sync)."""
+        """The union: on while either is on."""
         if other.horizon != self.horizon:
             raise ValueError(f"horizons differ: {self.horizon} vs {other.horizon}")
         mine, theirs = self.rule, other.rule
@@ -83,20 +84,20 @@ class Timetable:
         )
 
 
-def _check_horizon(horizon: float) -> None:
+def check_horizon(horizon: float) -> None:
     if not horizon >= 0 or not math.isfinite(horizon):
         raise ValueError(f"horizon must be finite and >= 0, got {horizon}")
 
 
 # ---------------------------------------------------------------------------------------------
-# periodic windows (Stage 10 sync, 3.3) and the bursty busy test (2.4)
+# periodic windows and the bursty busy test
 
 
 def periodic(period: float, window: float, inclusive: bool = True, *, horizon: float, phase: float = 0.0) -> Timetable:
-    """Active when `(t + phase) mod period <= window` (`<` when not inclusive); Stage 10: 37 s, 8 s."""
+    """Active when `(t + phase) mod period <= window` (`<` when not inclusive)."""
     if not period > 0 or window < 0:
         raise ValueError(f"need period > 0 and window >= 0, got {period}, {window}")
-    _check_horizon(horizon)
+    check_horizon(horizon)
     first = math.floor(phase / period)
     last = math.ceil((horizon + phase) / period)
     intervals = [(k * period - phase, k * period - phase + window) for k in range(first - 1, last + 1)]
@@ -109,101 +110,43 @@ def periodic(period: float, window: float, inclusive: bool = True, *, horizon: f
 
 
 def bursty(period: float = 120.0, window: float = 30.0, phase: float = 0.0, *, horizon: float) -> Timetable:
-    """Stages 12-13's busy test, `(t + phase) mod period < window` (strict), decided at batch start."""
+    """The busy test of a bursty load, `(t + phase) mod period < window` (strict)."""
     return periodic(period, window, inclusive=False, horizon=horizon, phase=phase)
 
 
-# Bursty labels (2.6): busy batches read inference 0.95 / network 0.70 / checkpoint 0, quiet ones
-# 0.08 / 0.20 / 0. Order: (network, inference, checkpoint), as `pressure_values` returns them.
-BUSY_LABELS = (0.70, 0.95, 0.0)
-QUIET_LABELS = (0.20, 0.08, 0.0)
-
-
-def bursty_labels(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(network, inference, checkpoint) of requests given their busy flags (bursty profile, 2.6)."""
-    b = np.asarray(busy, dtype=bool)
-    return tuple(np.where(b, hi, lo) for hi, lo in zip(BUSY_LABELS, QUIET_LABELS))
-
-
-def bursty_concurrency(busy, busy_c: int = 12, quiet_c: int = 4):
-    """c(t) of the bursty profile (2.4): 12 in busy batches, 4 in quiet ones."""
-    return np.where(np.asarray(busy, dtype=bool), busy_c, quiet_c)
-
-
 # ---------------------------------------------------------------------------------------------
-# the pressure schedule (3.2)
+# replayed windows
 
 
-def pressure_values(t, period: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(network, inference, checkpoint) of the 3.2 schedule at t, vectorised."""
-    x = np.asarray(t, dtype=np.float64)
-    phase = (np.sin(2.0 * np.pi * x / period) + 1.0) / 2.0
-    network = 0.2 + 0.6 * phase
-    inference = 0.1 + 0.8 * np.maximum(0.0, phase - 0.35) / 0.65
-    checkpoint = np.where(np.mod(np.floor(x / period), 4) == 3, 0.8, 0.0)
-    return network, inference, checkpoint
+def poll_intervals(intervals: Sequence[tuple[float, float]], poll_s: float) -> list[tuple[float, float]]:
+    """When a process that polls every `poll_s` while idle really runs inside `intervals`: from the
+    first poll tick at or after a window opens until it closes (0: exactly when it opens)."""
+    out = []
+    for a, b in intervals:
+        on = np.ceil(a / poll_s - 1e-9) * poll_s if poll_s > 0 else a
+        if on <= b:
+            out.append((float(on), float(b)))
+    return out
 
 
-def max_pressure(t, period: float) -> np.ndarray:
-    """max(network, inference, checkpoint): what requests are labelled by and correlated with (5)."""
-    return np.maximum.reduce(pressure_values(t, period))
-
-
-def _sine_at_least(y: float, period: float, horizon: float) -> list[tuple[float, float]]:
-    """Closed intervals where sin(2 pi t / period) >= y."""
-    if y <= -1.0:
-        return [(0.0, horizon)]
-    if y > 1.0:
-        return []
-    a = math.asin(y) / (2.0 * math.pi) * period  # negative when y < 0: the interval starts a period early
-    return [(k * period + a, k * period + period / 2.0 - a) for k in range(-1, math.ceil(horizon / period) + 1)]
-
-
-def _phase_threshold(threshold: float) -> float:
-    """The least phase at which network or inference reaches `threshold`."""
-    net = (threshold - 0.2) / 0.6
-    inf = -math.inf if threshold <= 0.1 else 0.35 + (threshold - 0.1) * 0.65 / 0.8
-    return min(net, inf)
-
-
-def pressure(period: float, *, horizon: float, threshold: float = HIGH_PRESSURE) -> Timetable:
-    """High pressure of the 3.2 schedule: max(network, inference, checkpoint) >= threshold.
-
-    With P = 90 and 0.6: t mod 90 in [4.868, 40.132] plus t mod 360 in [270, 360)."""
-    if not period > 0:
-        raise ValueError(f"period must be > 0, got {period}")
-    _check_horizon(horizon)
-    intervals = _sine_at_least(2.0 * _phase_threshold(threshold) - 1.0, period, horizon)
-    if threshold <= 0.0:
-        intervals = [(0.0, horizon)]
-    elif threshold <= 0.8:  # the checkpoint quarter: floor(t / P) mod 4 == 3
-        quarters = range(math.ceil(horizon / (4 * period)) + 1)
-        intervals += [((4 * k + 3) * period, (4 * k + 4) * period) for k in quarters]
-    return Timetable(merge_intervals(intervals, horizon), horizon, lambda t: max_pressure(t, period) >= threshold)
-
-
-# ---------------------------------------------------------------------------------------------
-# replayed sync windows (3.4)
-
-
-def trace_duration(starts: Sequence[float], window: float = SYNC_WINDOW_S, last_record: float | None = None) -> float:
-    """D = the last record's time since coordinator_start, or the last start + window if larger (3.4)."""
+def trace_duration(starts: Sequence[float], window: float = WINDOW_S, last_record: float | None = None) -> float:
+    """D = the last record's time since coordinator_start, or the last start + window if larger."""
     tail = max(starts) + window if len(starts) else 0.0
     return max(tail, last_record if last_record is not None else 0.0)
 
 
 def windows(
     starts: Sequence[float],
-    window: float = SYNC_WINDOW_S,
+    window: float = WINDOW_S,
     *,
     duration: float | None = None,
     repeat: bool = True,
-    horizon: float = REPLAY_HORIZON_S,
+    horizon: float,
 ) -> Timetable:
-    """Sync windows [s, s + window] (inclusive, 3.4) with the `--sync-events-repeat` wrap: serving time
-    t maps to t mod D when D > window (the testbed says 8 s, its window), D = `duration` or
-    `trace_duration(starts)`. A trace shorter than the horizon replays; a longer one is cut."""
-    _check_horizon(horizon)
+    """Windows [s, s + window] (inclusive) with a replay's wrap: time t maps to t mod D when D > window,
+    D = `duration` or `trace_duration(starts)`. A trace shorter than the horizon replays; a longer
+    one is cut."""
+    check_horizon(horizon)
     s = np.sort(np.asarray(starts, dtype=np.float64))
     d = trace_duration(s, window) if duration is None else float(duration)
     wrap = repeat and d > window
@@ -220,23 +163,23 @@ def windows(
 
 
 @dataclass(frozen=True)
-class SyncTrace:
-    """Window starts (s since coordinator_start) and the trace length D they replay with."""
+class WindowTrace:
+    """Window starts (s since the trace's origin) and the trace length D they replay with."""
 
     starts: tuple[float, ...]
     duration: float
 
 
-def sync_trace_from_events(records: Sequence[dict], window: float = SYNC_WINDOW_S, file: object = None) -> SyncTrace:
-    """Starts and D from coordinator records (3.4): starts = (ts of merged - ts of coordinator_start) / 1000,
-    D from the latest record (coordinator_stop in a complete log)."""
+def trace_from_events(records: Sequence[dict], window: float = WINDOW_S, file: object = None) -> WindowTrace:
+    """Starts and D from a training coordinator's records: starts = (ts of merged - ts of
+    coordinator_start) / 1000, D from the latest record (coordinator_stop in a complete log)."""
     begin = [r["ts_ms"] for r in records if r.get("event") == "coordinator_start"]
     if not begin:
         raise InputError(file, "", "no coordinator_start record: the window starts have no origin")
     t0 = begin[0]
     starts = tuple((r["ts_ms"] - t0) / 1000.0 for r in records if r.get("event") == "merged")
     last = (max(r["ts_ms"] for r in records) - t0) / 1000.0
-    return SyncTrace(starts, trace_duration(starts, window, last))
+    return WindowTrace(starts, trace_duration(starts, window, last))
 
 
 def _json_records(lines: list[str], path: Path) -> list[dict]:
@@ -254,12 +197,12 @@ def _json_records(lines: list[str], path: Path) -> list[dict]:
     return records
 
 
-def load_sync_trace(path: str | Path, window: float = SYNC_WINDOW_S) -> SyncTrace:
-    """Read window starts from a coordinator JSONL log (3.4) or from one number (seconds) per line."""
+def load_trace(path: str | Path, window: float = WINDOW_S) -> WindowTrace:
+    """Read window starts from a coordinator's JSONL event log or from one number (seconds) per line."""
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     if any(line.lstrip().startswith("{") for line in lines):
-        return sync_trace_from_events(_json_records(lines, path), window, path)
+        return trace_from_events(_json_records(lines, path), window, path)
     starts = []
     for n, line in enumerate(lines, 1):
         if line.strip():
@@ -269,9 +212,9 @@ def load_sync_trace(path: str | Path, window: float = SYNC_WINDOW_S) -> SyncTrac
                 raise InputError(path, f"line {n}", f"not a number: {line.strip()!r}") from None
             if not math.isfinite(starts[-1]) or starts[-1] < 0:
                 raise InputError(path, f"line {n}", f"a window start must be finite and >= 0, got {line.strip()}")
-    return SyncTrace(tuple(starts), trace_duration(starts, window))
+    return WindowTrace(tuple(starts), trace_duration(starts, window))
 
 
-def windows_from_file(path: str | Path, window: float = SYNC_WINDOW_S, **kw) -> Timetable:
-    trace = load_sync_trace(path, window)
-    return windows(trace.starts, window, duration=trace.duration, **kw)
+def windows_from_file(path: str | Path, window: float = WINDOW_S, *, horizon: float, **kw) -> Timetable:
+    trace = load_trace(path, window)
+    return windows(trace.starts, window, duration=trace.duration, horizon=horizon, **kw)

@@ -1,4 +1,5 @@
-"""`replay`: merge at given times, as the paper's testbed replayed sync schedules (docs/sources.md, testbed 3.4-3.6).
+"""`replay`: merge at given times, as the paper's testbed replayed sync schedules (docs/sources.md,
+testbed 3.4-3.6). The testbed plug-in registers it (models/testbed/plugin.py).
 
 The schedule is fixed input: the policy reads the clock and nothing of the workload, so it is online
 in the oracle-boundary sense. It merges at the first step boundary at or after each scheduled start
@@ -36,10 +37,9 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
-from wadiloco.models.policies.registry import register
 from wadiloco.models.testbed import harness, harness_fit, stage12
 from wadiloco.models.testbed.harness_policies import HARNESS_POLICIES
-from wadiloco.models.testbed.timetables import SYNC_WINDOW_S, load_sync_trace, trace_duration
+from wadiloco.models.timetables import WINDOW_S, load_trace, trace_duration
 
 INF = float("inf")
 CLOCK_EPS_S = 1e-6  # a boundary this close before a start counts as at it (float drift of the step clock)
@@ -56,7 +56,7 @@ class ReplayParams(Params):
     offset_s: float = Field(0.0, ge=-1e7, le=1e7, description="added to every scheduled start")
     repeat: bool = Field(True, description="wrap schedule time mod D, as --sync-events-repeat")
     repeat_s: float | None = Field(None, gt=0, le=1e7, description="the trace length D (default: the schedule's)")
-    window_s: float = Field(SYNC_WINDOW_S, ge=0, le=1e4, description="sync window: D of a list, the wrap rule")
+    window_s: float = Field(WINDOW_S, ge=0, le=1e4, description="sync window: D of a list, the wrap rule")
 
     @field_validator("harness_policy")
     @classmethod
@@ -96,7 +96,7 @@ def _harness(policy: str, seed: int, offset: float = 0.0) -> tuple[tuple[float, 
 def schedule(p: ReplayParams, seed: int, draw: int, base_dir: str = ".") -> tuple[tuple[float, ...], float]:
     """(sorted starts in schedule time, the trace length D) of these params for a run."""
     if p.file is not None:
-        trace = load_sync_trace(_path(p, base_dir), p.window_s)
+        trace = load_trace(_path(p, base_dir), p.window_s)
         starts, d = trace.starts, trace.duration
     elif p.schedule == "stage12_calibrated_replay":
         starts, d = tuple(stage12.calibrated_replay()), stage12.DURATION_S
@@ -126,7 +126,6 @@ def merge_times(p: ReplayParams, starts: tuple[float, ...], d: float) -> Iterato
         r += 1
 
 
-@register
 class Replay(Policy):
     name = "replay"
     respects_corridor = False
@@ -147,7 +146,7 @@ class Replay(Policy):
             path = _path(params, base_dir)
             if not path.is_file():
                 return f"file: no such schedule file: {path}"
-            load_sync_trace(path, params.window_s)  # its own InputError names the file and line
+            load_trace(path, params.window_s)  # its own InputError names the file and line
         return None
 
     def planned(self, until: float) -> list[float]:
