@@ -66,11 +66,12 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from wadiloco.models.engine._fast.fifo import ListFifo as RingFifo
-from wadiloco.models.engine._fast.heap import ListHeap as KeyHeap
-from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
-from wadiloco.models.engine.kv import KVPool, blocks
-from wadiloco.models.engine.prefix import PrefixCache
+# (relative: the compiled core, built as another package of the same modules, imports its own: setup.py)
+from .batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
+from .fifo import RingFifo
+from .heap import KeyHeap
+from .kv import KVPool, blocks
+from .prefix import PrefixCache
 
 POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
 CACHE = PrefixCache  # and the prefix cache class (the same)

@@ -1,4 +1,3 @@
-# cython: wraparound=False
 """Weighted max-min fair rates by progressive filling, on plain arrays: the arithmetic of every
 re-allocation of a shared resource (sim.fabric Fabric._reallocate), which setup.py compiles with the
 serving core (models/engine/_fast/__init__.py picks the compiled or the pure module, as for the engine).

@@ -6,11 +6,11 @@
 # doubles are computed as CPython does (setup.py: no fused multiply-add).
 import cython
 
-from wadiloco.models.engine._fast._batching_c cimport before, compose, reach, run_time, split
-from wadiloco.models.engine._fast._fifo_c cimport RingFifo
-from wadiloco.models.engine._fast._heap_c cimport KeyHeap
-from wadiloco.models.engine._fast._kv_c cimport KVPool, blocks
-from wadiloco.models.engine._fast._prefix_c cimport PrefixCache
+from .batching cimport before, compose, reach, run_time, split
+from .fifo cimport RingFifo
+from .heap cimport KeyHeap
+from .kv cimport KVPool, blocks
+from .prefix cimport PrefixCache
 
 
 cpdef double delay_to(double now, double t) except? -1.0
