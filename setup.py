@@ -72,7 +72,7 @@ def generated_sources(out: Path) -> list[tuple[str, Path]]:
 
 
 # IEEE doubles as Python computes them: no fused multiply-add, no fast-math.
-C_FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
+C_FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math"]
 # the .pxd files give the C types (models/engine/_fast/*.pxd); the .py annotations are documentation
 BASE_DIRECTIVES = {
     "language_level": 3,

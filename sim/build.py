@@ -86,8 +86,10 @@ def engine_kv(sc: Scenario, s: int) -> KVPool | None:
         m = sc.merge
         shard = sc.training.params / sc.fleet.hosts_per_island
         hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
-    kv = KVPool(pool, e.kv_block_size, e.kv_watermark, reserved + (hold if e.merge_memory == "always" else 0))
-    kv.swap, kv.hold = e.preemption == "swap", hold if e.merge_memory == "merge" else 0
+    kv = KVPool(
+        pool, e.kv_block_size, e.kv_watermark, reserved + (hold if e.merge_memory == "always" else 0), e.preemption
+    )
+    kv.hold = hold if e.merge_memory == "merge" else 0
     if kv.hold and kv.hold >= kv.cap:
         raise ValueError(f"merge buffers ({kv.hold} blocks) leave no KV block of the pool's {pool} while merging")
     return kv

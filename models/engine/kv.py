@@ -61,7 +61,8 @@ class KVPool:
     them: `shared`); the rest is free. Statistics: `preemptions`,
     `rejected` (too long ever to fit), `peak` (largest used/cap after an iteration's allocations)
     and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage), `copied`
-    (blocks swapped out and in, with `swap`)."""
+    (blocks swapped out and in, with a mode that copies). `mode`: what preemption does with a decoder
+    (models.engine.preemption, engine.preemption)."""
 
     __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "orig") + (
         "run_nxt",
@@ -71,8 +72,7 @@ class KVPool:
         "n_running",
         "share",
         "_share",
-        "swap",
-        "swapped",
+        "mode",
         "hold",
         "holding",
         "held",
@@ -86,7 +86,9 @@ class KVPool:
         "need_now",
     )
 
-    def __init__(self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0, swap: bool = False):
+    def __init__(
+        self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0, preemption: str = "recompute"
+    ):
         if pool < 1 or block_size < 1:
             raise ValueError(f"a KV pool needs at least one block of at least one token (got {pool}, {block_size})")
         self.bs, self.pool, self.reserved = block_size, pool, reserved
@@ -110,15 +112,16 @@ class KVPool:
         self.peak = 0.0
         self.sum_used = self.sum_cap = 0
         self.need_now = 0  # blocks the decoders take at the iteration about to start
-        # swap preemption (engine.preemption: swap): swapped-out request -> (context, iterations left),
-        # in swap-out order; blocks to copy over PCIe before the next iteration; blocks copied so far
-        self.swap = swap
+        from .preemption import MODES  # (here: the compiled modes' module imports this one's types)
+
+        if preemption not in MODES:
+            raise ValueError(f"unknown preemption mode {preemption!r} ({', '.join(MODES)})")
+        self.mode = MODES[preemption]()
         # blocks merge buffers take while a merge runs (engine.merge_memory: merge; 0: none), whether they
         # are asked for (`holding`, set when a merge starts or ends) and whether `cap` counts them (`held`)
         self.hold = 0
         self.holding = self.held = False
-        self.swapped: dict[int, tuple[int, int]] = {}
-        self.copy = self.copied = 0
+        self.copy = self.copied = 0  # blocks to copy over PCIe before the next iteration; blocks copied so far
 
     # -- the running requests (by request id) --------------------------------------------------
     def room(self, n: int) -> None:
@@ -161,9 +164,42 @@ class KVPool:
         return out
 
     @property
+    def swap(self) -> bool:
+        """Whether preemption copies blocks to host memory (its copies need the host's PCIe link)."""
+        return self.mode.copies
+
+    @property
     def shared(self) -> dict[int, int]:
         """Request -> its blocks the prefix cache holds, for requests that have some (a copy)."""
         return {rid: b for rid, b in enumerate(self.share) if b}
+
+    # -- the engine's bookkeeping (models.engine.serving, models.engine.preemption) ------------------------
+    def blocks(self, tokens: int) -> int:
+        """The blocks that hold `tokens` tokens."""
+        return -(-tokens // self.bs)
+
+    def enter(self, x: int) -> None:
+        """A decoder of phase x (mod block_size) starts decoding."""
+        self._cnt[x % self.bs] += 1
+
+    def leave(self, x: int) -> int:
+        """A decoder of phase x (mod block_size) stops decoding; returns its phase."""
+        p = x % self.bs
+        self._cnt[p] -= 1
+        return p
+
+    def crossing(self, t: int) -> int:
+        """The decoders that cross a block boundary at iteration t (each takes a block)."""
+        return self._cnt[t % self.bs]
+
+    def set_share(self, rid: int, k: int) -> None:
+        """A prefix cache holds k of request rid's blocks (counted once, by the cache)."""
+        self._share[rid] = k
+
+    def free(self, rid: int, nb: int) -> None:
+        """Request rid, which held nb blocks, stops running: its own blocks go back (not the cache's)."""
+        self.used -= nb - self._share[rid]
+        self._share[rid] = 0
 
     def apply_hold(self) -> None:
         """The engine, before an iteration (models.engine.serving make_room): merge buffers take their blocks

@@ -71,6 +71,7 @@ from .batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run
 from .fifo import RingFifo
 from .heap import KeyHeap
 from .kv import KVPool, blocks
+from .laws import law_of
 from .prefix import PrefixCache
 
 POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
@@ -173,9 +174,9 @@ class EngineState:
     them here at every step, so whenever anything else runs this is the state as of `now`."""
 
     __slots__ = (
-        # configuration: limits, latency model, host work per iteration (h + h1*batch + h2*tokens),
-        # frontend work (fq per admitted request, ft per output token), sequential step or not
-        ("max_seqs", "budget", "a", "b", "c", "d", "e", "h", "h1", "h2", "fq", "ft", "seq", "front")
+        # configuration: limits, latency law (models.engine.laws), host work per iteration (h + h1*batch +
+        # h2*tokens), frontend work (fq per admitted request, ft per output token), sequential step or not
+        ("max_seqs", "budget", "law", "h", "h1", "h2", "fq", "ft", "seq", "front")
         # per-request inputs and results
         + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
         # queues
@@ -228,8 +229,8 @@ class EngineState:
         self.slow = kv is not None or prefix is not None
         self.gate = NO_GATE
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
-        self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
-        self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
+        self.law = law_of(lat)  # (a law of this core, or a fitted model's: models.engine.laws)
+        self.h = host_s
         self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
         self.n = n = len(t)
@@ -358,7 +359,7 @@ class EngineState:
         """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
         or before an earlier instant, so the search can start there.)"""
         i, t, kv = self.next_i, self.t_arr, self.kv
-        swapped = len(kv.swapped) if kv is not None else 0  # (swapped out: waiting to come back)
+        swapped = len(kv.mode.parked) if kv is not None else 0  # (swapped out: waiting to come back)
         return len(self.waiting) + swapped + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
 
     def arrived(self, now: float) -> int:
@@ -370,7 +371,7 @@ class EngineState:
     def counts(self, now: float) -> Counts:
         """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
         arrived = bisect_right(self.t_arr, now)
-        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.swapped) if self.kv is not None else 0)
+        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.mode.parked) if self.kv is not None else 0)
         rejected = self.kv.rejected if self.kv is not None else 0
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
@@ -430,16 +431,14 @@ class EngineState:
             room -= 1
         return m, take, budget0 - n_dec - budget
 
-    def step_work(self, m: int, last: int, n_dec: int, g: float) -> tuple[float, float, float]:
-        """An iteration's GPU time (`g` plus e per causal attention pair of its m chunks (`admit`),
-        each over the prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens,
-        and the API server's time: fq per request admitted in it (a new admission has no prompt token
-        computed yet) and ft per output token it produces (one per decoder, a first token per chunk
-        that ends a prompt)."""
+    def host_work(self, m: int, last: int, n_dec: int) -> tuple[float, float]:
+        """An iteration's host time h0 + h1*batch + h2*scheduled tokens and the API server's time: fq per
+        request admitted in it (a new admission has no prompt token computed yet) and ft per output token
+        it produces (one per decoder, a first token per chunk that ends a prompt); m chunks (`admit`)."""
         if not m:
-            return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
+            return self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
         prefilling = self.prefilling
-        new = tokens = pf = pairs = 0
+        new = tokens = pf = 0
         for j in range(m):
             rid = prefilling.at(j)
             got = self._prefilled[rid]
@@ -447,9 +446,21 @@ class EngineState:
             new += got == self._skipped[rid]  # its first chunk: from the tokens it skipped
             tokens += got + take >= self._prompt[rid]
             pf += take
-            pairs += take * got + take * (take + 1) // 2  # models.engine.latency.attention_pairs
         h = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
-        return (g + self.e * pairs if self.e else g), h, self.fq * new + self.ft * (n_dec + tokens)
+        return h, self.fq * new + self.ft * (n_dec + tokens)
+
+    def chunks(self, m: int, last: int) -> tuple[int, int]:
+        """The causal attention pairs of an iteration's m prefill chunks (`admit`), each over the prompt
+        tokens already computed (models.engine.latency.attention_pairs), and those past tokens, summed."""
+        prefilling = self.prefilling
+        pairs = past = 0
+        for j in range(m):
+            rid = prefilling.at(j)
+            got = self._prefilled[rid]
+            take = self._prompt[rid] - got if j < m - 1 else last
+            pairs += take * got + take * (take + 1) // 2
+            past += got
+        return pairs, past
 
     def first_tokens(self, m: int, last: int, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Rule 4 for the m prefill chunks (`admit`) of an iteration ending at `end` (the
@@ -482,7 +493,7 @@ class EngineState:
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
-                kv._cnt[(diter - self._prompt[rid]) % kv.bs] += 1
+                kv.enter(diter - self._prompt[rid])
             sum_ctx += self._prompt[rid] + 1
             due = diter + out - 1
             if due >> 31:
@@ -547,7 +558,7 @@ class EngineState:
                 px.prompt_tokens += self._prompt[rid]
             kv = self.kv
             if kv is not None and tok >= kv.bs:
-                kv._share[rid] = tok // kv.bs
+                kv.set_share(rid, tok // kv.bs)
         self._skipped[rid] = got
 
     def unpin(self, rid: int) -> None:
@@ -574,9 +585,8 @@ class EngineState:
         kv = self.kv
         total = self._prompt[rid] + self._output[rid]
         if due >= 0:
-            kv._cnt[(due + 1 - total) % kv.bs] -= 1
-        kv.used -= blocks(total - 1, kv.bs) - kv._share[rid]
-        kv._share[rid] = 0
+            kv.leave(due + 1 - total)
+        kv.free(rid, blocks(total - 1, kv.bs))
         if self.px is not None:
             self.unpin(rid)
         kv.run_del(rid)
@@ -589,7 +599,7 @@ class EngineState:
         do not fit (or merge buffers took blocks back), preempt the most recently admitted running
         request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
         kv = self.kv
-        need = kv._cnt[t % kv.bs] if n_dec else 0
+        need = kv.crossing(t) if n_dec else 0
         if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.engine.kv apply_hold)
             kv.apply_hold()
         while kv.used + need > kv.cap and kv.n_running:
@@ -599,19 +609,15 @@ class EngineState:
         return n_dec, sum_ctx
 
     def _preempt(self, rid: int, t: int, n_dec: int, sum_ctx: int, need: int) -> tuple[int, int, int]:
-        """Recompute preemption (vLLM V1): free the request's blocks and put it back at the head of
-        the queue; a decoder with ctx tokens so far comes back as a prompt of ctx tokens (its prefill
-        recomputes them and yields its next token) and wants the rest of its output. With swap
-        (`kv.swap`, vLLM V0's preemption_mode swap) a decoder's context blocks are copied to host
-        memory instead (`kv.copy`: blocks crossing PCIe before the iteration) and it waits in
-        `kv.swapped` (context, iterations left) to be swapped back in (`_swap_in`); a request still in
-        prefill is recomputed either way."""
+        """Preempt running request rid before iteration t: its blocks go back and it leaves the batch. A
+        request still in prefill goes back to the head of the queue (recomputed); a decoder with ctx
+        tokens so far goes where the pool's preemption mode puts it (models.engine.preemption: back to
+        the queue as a prompt of ctx tokens, or swapped out to host memory). Returns the new (n_dec,
+        sum_ctx) and the blocks the decoders take at iteration t (`need`)."""
         kv, prompt, output = self.kv, self.prompt, self.output
         kv.run_del(rid)
         kv.preemptions += 1
         self.requeued.append(self.now)
-        shared = kv.share[rid]  # blocks the prefix cache holds for it
-        kv.share[rid] = 0
         if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
             self.cached[rid] = 0
             self.skipped[rid] = 0
@@ -619,32 +625,24 @@ class EngineState:
                 self.unpin(rid)
         if rid in self.prefilling:
             self.prefilling.remove(rid)
-            kv.used -= blocks(prompt[rid], kv.bs) - shared
-        else:
-            due = self.fin_heap.take(rid) >> 32
-            total = prompt[rid] + output[rid]
-            ctx = total - due + t  # its context at iteration t
-            phase = (due + 1 - total) % kv.bs
-            kv.cnt[phase] -= 1
-            need -= phase == t % kv.bs
-            kv.used -= blocks(ctx - 1, kv.bs) - shared
-            n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
-            if kv.swap:  # its whole context goes to host memory (the cache's copy of shared blocks may go)
-                kv.swapped[rid] = (ctx, due - t)
-                kv.copy += blocks(ctx - 1, kv.bs)
-                return n_dec, sum_ctx, need
-            kv.orig.setdefault(rid, (prompt[rid], output[rid]))
-            prompt[rid], output[rid] = ctx, total - ctx
-        self.waiting.push_front(rid)
-        return n_dec, sum_ctx, need
+            kv.free(rid, blocks(prompt[rid], kv.bs))
+            self.waiting.push_front(rid)
+            return n_dec, sum_ctx, need
+        due = self.fin_heap.take(rid) >> 32
+        total = prompt[rid] + output[rid]
+        ctx = total - due + t  # its context at iteration t
+        need -= kv.leave(due + 1 - total) == t % kv.bs
+        kv.free(rid, blocks(ctx - 1, kv.bs))
+        kv.mode.park(self, rid, ctx, due - t)
+        return n_dec - 1, sum_ctx - ctx, need
 
     def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
         """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
         FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
         too long ever to fit is rejected. Swapped-out decoders that come back change n_dec and
         sum_ctx: published (`_swap_in`)."""
-        if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
-            n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
+        if self.kv.mode.parked:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
+            n_dec, sum_ctx = self.kv.mode.resume(self, self.diter, n_dec, sum_ctx)
         prefilling, waiting, kv = self.prefilling, self.waiting, self.kv
         budget0 = self.budget
         budget = budget0 - n_dec
@@ -660,7 +658,7 @@ class EngineState:
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
-        while waiting.n and budget > 0 and room > 0 and not kv.swapped:
+        while waiting.n and budget > 0 and room > 0 and not kv.mode.parked:
             rid = waiting.at(0)
             p = self._prompt[rid]
             if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
@@ -686,7 +684,7 @@ class EngineState:
             free -= nb
             kv.used += nb
             kv.run_add(rid)
-            first = self._admitted[rid] != self._admitted[rid]  # NaN: first admission (a recomputed one keeps its)
+            first = math.isnan(self._admitted[rid])  # its first admission (a recomputed one keeps its time)
             if first:
                 self._admitted[rid] = now
             else:
@@ -701,33 +699,6 @@ class EngineState:
             budget -= take
             room -= 1
         return m, take, budget0 - n_dec - budget
-
-    def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
-        """Before iteration t, after `make_room`: swapped-out decoders come back FCFS while their
-        context's blocks (and the block the iteration may write) fit above the watermark (none kept
-        when nothing else runs), batch and token budget allowing; their blocks cross PCIe in again
-        (`kv.copy`) and they decode in this iteration. Publishes and returns the new (n_dec, sum_ctx)."""
-        kv, prompt, output, bs, sw = self.kv, self.prompt, self.output, self.kv.bs, self.kv.swapped
-        room = min(self.max_seqs - len(self.prefilling), self.budget) - n_dec
-        while sw and room > 0:
-            rid = next(iter(sw))
-            ctx, left = sw[rid]
-            nb, phase = blocks(ctx - 1, bs), (t + left + 1 - prompt[rid] - output[rid]) % bs
-            cross = phase == t % bs
-            keep = kv.wm if n_dec or len(self.prefilling) else 0
-            if kv.used + kv.need_now + nb + cross + keep > kv.cap:
-                break
-            del sw[rid]
-            self.resumed.append(self.now)
-            kv.used += nb
-            kv.need_now += cross
-            kv.cnt[phase] += 1
-            kv.run_add(rid)
-            kv.copy += nb
-            self.fin_heap.push(key(t + left, rid))
-            n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
-        self.n_dec, self.sum_ctx = n_dec, sum_ctx
-        return n_dec, sum_ctx
 
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
@@ -802,103 +773,137 @@ IDLE, RUN, SHARED, DONE = 0, 1, 2, 3  # what `Steps.advance` hands `serve` to do
 
 class Steps:
     """`serve`'s registers between two of the simulator's events: the step in hand (k iterations
-    ending at `end`, its m prefill chunks, the last taking `last` tokens: `EngineState.admit`;
-    `slowed`: run below full speed), the simulator's clock `t_sim`, what an interrupted step needs
-    (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the next instant a tape
-    is consulted (`mark`: models.engine.tape; inf: off tape).
+    ending at `end`, `span` long, its m prefill chunks, the last taking `last` tokens:
+    `EngineState.admit`; `slowed`: run below full speed), the simulator's clock `t_sim`, what an
+    interrupted step needs (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the
+    next instant a tape is consulted (`mark`: models.engine.tape; inf: off tape). `ff`: fast-forward,
+    with a law that has a line for decode runs (models.engine.laws); `extra`: host work that grows
+    with the batch, a frontend path or a sequential step.
     `advance` runs steps until one needs the simulator; with the compiled core (serving.pxd) it runs
     in C, called once per SimPy event rather than once per step."""
 
     __slots__ = ("st", "clock", "bound", "ff", "k", "end", "m", "last", "slowed", "t_sim", "sp", "delay")
-    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark")
+    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark", "law", "extra", "span")
 
     def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
-        self.st, self.clock, self.bound, self.ff = st, clock, bound, ff
+        self.st, self.clock, self.bound, self.law = st, clock, bound, st.law
+        self.ff = ff and st.law.line  # (a law without a line steps one iteration at a time)
+        self.extra = st.seq or st.front or st.h1 > 0 or st.h2 > 0
         self.k, self.end, self.m, self.last, self.slowed, self.t_sim, self.sp = 0, st.now, 0, 0, False, st.now, FULL3
-        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = 0.0
+        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = self.span = 0.0
         self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
         self.tape, self.mark = st.tape, -INF if st.tape else INF
 
     def advance(self) -> int:
         """Book the step in hand and run the next ones until one needs the simulator: DONE (all served), IDLE
         or RUN (wait `delay`; RUN interruptibly), SHARED (run g0, h, f as jobs on the links). Publishes `st`."""
-        st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
-        k, end, m, last, slowed, t_sim = self.k, self.end, self.m, self.last, self.slowed, self.t_sim
-        g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
-        t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
-        seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
-        waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
-        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
-        until = bound.until  # (only SimPy events move it: constant while this runs)
-        n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
+        st = self.st
+        until = self.bound.until  # (only SimPy events move it: constant while this runs)
+        busy = bool(self.clock.gpu_jobs or self.clock.host_jobs)  # other work on the engine's links (constant too)
         while True:
-            if k:  # book the step in hand: k iterations ended at `end` (rule 4)
-                diter, sum_ctx = diter + k, sum_ctx + n_dec * k
-                st.contended += k if slowed else 0
-                if slow:  # a KV pool, a prefix cache, a log or a client books it
-                    t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
-                    _book_slow(st, k, m, last, now, end, diter, n_dec, sum_ctx)
-                    n, t_arr = st.n, st._t_arr
+            if self.k:  # book the step in hand: k iterations from st.now ended at `end` (rule 4)
+                k, m, end, n_dec = self.k, self.m, self.end, st.n_dec
+                diter, sum_ctx = st.diter + k, st.sum_ctx + n_dec * k
+                st.contended += k if self.slowed else 0
+                if st.slow:  # a KV pool, a prefix cache, a log or a client books it (a client may add requests)
+                    _book_slow(st, k, m, self.last, st.now, end, diter, n_dec, sum_ctx)
                 else:
                     if m:
-                        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
+                        n_dec, sum_ctx = st.first_tokens(m, self.last, end, diter, n_dec, sum_ctx)
                     st.finish_due(end, diter, n_dec, sum_ctx, None)
-                n_dec, sum_ctx = st.n_dec, st.sum_ctx
-            now = end
-            while i < n and t_arr[i] <= now:  # rule 1
+                st.diter = diter
+            now, i, n, waiting = self.end, st.next_i, st.n, st.waiting
+            while i < n and st._t_arr[i] <= now:  # rule 1
                 waiting.push(i)
                 i += 1
-            st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
-            if now >= mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
-                mark = tape.mark(st, until, gpu_jobs or host_jobs)
-                now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-            if not n_dec and not prefilling.n and not waiting.n and (kv is None or not kv.swapped):  # idle (rule 1)
-                if i >= n and gate.until == INF:
+            st.now, st.next_i = now, i
+            if now >= self.mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
+                self.mark = self.tape.mark(st, until, busy)
+                now = st.now
+            kv = st.kv
+            if not st.n_dec and not st.prefilling.n and not waiting.n and (kv is None or not kv.mode.parked):
+                what = self._idle(now, until, busy)  # (rule 1)
+                if what == DONE:
                     return DONE
-                k, end = 0, now + (span := _next_at(st, i) - now)
-                if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
-                    i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
-                    continue
-                if end >= until:
-                    what = IDLE
+                if what == IDLE:
                     break
                 continue
-            if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
-                n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
-            if prefilling.n or waiting.n or kv is not None and kv.swapped:  # rules 2 and 3
-                m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
-                n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
-                g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
-            else:
-                m, g0 = 0, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
-            if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
-                g0, h, f = st.step_work(m, last, n_dec, g0)
-            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
-            if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
-                rg, rh, rf = sp = clock.speeds()
-                if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
-                    what = SHARED
-                    break
-                vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
-                sg, sdg, sh, slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
-            if extra:  # what the closed forms take (g0, h) for the generation
-                sg, sh = compose(sg, sh, f / vf if slowed else f, seq)
+            if self._compose(now, busy) == SHARED:  # rules 2 and 3
+                what = SHARED
+                break
+            # the step: one iteration, or (fast-forward) the pure-decode iterations up to the next finish, or up
+            # to the first boundary at or after an arrival it could admit, timed in closed form
+            sg, sdg, sh, n_dec = self.sg, self.sdg, self.sh, st.n_dec
             k, span = 1, (sh if sh > sg else sg)
-            if ff and n_dec and not m:
-                k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
+            if self.ff and n_dec and not self.m:
+                k = st.kv_run(st.diter, n_dec)  # >= 1: the finished were popped
                 span = run_time(k, sg, sdg, sh)
-                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
+                if k > 1 and (n_dec < st.max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
                     # stop for an arrival it could admit, or before the iteration in flight when a router looks
                     k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
-            end = now + span
-            if end >= until:
+            self.k, self.span, self.end = k, span, now + span
+            if self.end >= until:
                 what = RUN
                 break
-        self.k, self.end, self.m, self.last, self.slowed, self.mark = k, end, m, last, slowed, mark
-        self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg = g0, h, f, sg, sdg, sh, dg
         if what != SHARED:
-            self.delay = span if t_sim == now else delay_to(t_sim, end)
+            self.delay = self.span if self.t_sim == now else delay_to(self.t_sim, self.end)
         return what
+
+    def _idle(self, now: float, until: float, busy: bool) -> int:
+        """Nothing to run at `now`: DONE when nothing will come; else wait for the next request (IDLE),
+        or go on at once (-1) when that wait ends before the bound or a tape copied a busy period."""
+        st = self.st
+        i = st.next_i
+        if i >= st.n and st.gate.until == INF:
+            return DONE
+        self.k, self.span = 0, _next_at(st, i) - now
+        self.end = now + self.span
+        tape = self.tape
+        if tape:
+            r = tape.idle(st, i, now, self.end, until, busy)
+            if not math.isnan(r):  # copied a busy period: on tape
+                self.end, self.mark = r, tape.after(r)
+                return -1
+        return IDLE if self.end >= until else -1
+
+    def _compose(self, now: float, busy: bool) -> int:
+        """Rules 2 and 3 for the iteration starting at `now`: the decoders' blocks (preempting if they do
+        not fit), admissions, and the iteration's GPU, host and frontend work g0, h, f, with its growth dg
+        over a pure-decode run (the law's line) and their times sg, sdg, sh at the speeds the jobs on
+        the engine's links leave it (`clock.speeds`; `slowed`). SHARED when the fabric must share the
+        links (or swap copies cross PCIe first), else RUN."""
+        st, kv, law = self.st, self.st.kv, self.law
+        if kv is not None:
+            st.make_room(st.diter, st.n_dec, st.sum_ctx)
+        m = pf = 0
+        if kv is not None and (st.prefilling.n or st.waiting.n or kv.mode.parked):
+            m, self.last, pf = st.admit_kv(now, st.n_dec, st.sum_ctx)
+        elif kv is None and (st.prefilling.n or st.waiting.n):
+            m, self.last, pf = st.admit(now, st.n_dec, st.sum_ctx)
+        n_dec, sum_ctx, self.m, dg = st.n_dec, st.sum_ctx, m, 0.0  # (published: admit_kv's swap-ins change them)
+        if m:
+            pairs = past = 0
+            if law.detail:
+                pairs, past = st.chunks(m, self.last)
+            g0 = law.step_time(pf, m, pairs, past, n_dec, sum_ctx)
+        elif law.line:
+            g0, dg = law.decode_line(n_dec, sum_ctx)
+        else:
+            g0 = law.step_time(0, 0, 0, 0, n_dec, sum_ctx)
+        if self.extra:  # host work that grows with the batch, a frontend path, a sequential step
+            self.h, self.f = st.host_work(m, self.last, n_dec)
+        h, vf, sg, sdg = self.h, 1.0, g0, dg
+        self.g0, self.dg, self.slowed, sh = g0, dg, False, h
+        if busy or kv is not None and kv.copy:  # (merge work on front comes with host's)
+            rg, rh, rf = sp = self.clock.speeds()
+            if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
+                return SHARED
+            vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
+            sg, sdg, sh, self.slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
+        if self.extra:  # what the closed forms take (g0, h) for the generation
+            sg, sh = compose(sg, sh, self.f / vf if self.slowed else self.f, st.seq)
+        self.sg, self.sdg, self.sh = sg, sdg, sh
+        return RUN
 
 
 def _next_at(st: EngineState, i: int) -> float:

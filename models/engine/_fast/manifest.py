@@ -14,6 +14,8 @@ COMPILED = (
     "engine/fifo",
     "engine/heap",
     "engine/kv",
+    "engine/laws",
+    "engine/preemption",
     "engine/prefix",
     "engine/serving",
     "network/fairshare",

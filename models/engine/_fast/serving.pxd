@@ -10,15 +10,18 @@ from .batching cimport before, compose, reach, run_time, split
 from .fifo cimport RingFifo
 from .heap cimport KeyHeap
 from .kv cimport KVPool, blocks
+from .laws cimport LatencyLaw
 from .prefix cimport PrefixCache
 
 
 cpdef double delay_to(double now, double t) except? -1.0
 
 
+@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class EngineState:
     cdef public long long max_seqs, budget
-    cdef public double a, b, c, d, e, h, h1, h2, fq, ft
+    cdef public LatencyLaw law
+    cdef public double h, h1, h2, fq, ft
     cdef public bint seq, front
     cdef public long long n
     cdef public object t_arr, prompt, output, admitted, first_token, finish
@@ -50,10 +53,14 @@ cdef class EngineState:
                    rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
-    @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
+    @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
                    j=cython.longlong, prefilling=RingFifo)
-    cpdef tuple step_work(self, long long m, long long last, long long n_dec, double g)
+    cpdef (double, double) host_work(self, long long m, long long last, long long n_dec)
+
+    @cython.locals(pairs=cython.longlong, past=cython.longlong, take=cython.longlong, got=cython.longlong,
+                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo)
+    cpdef (long long, long long) chunks(self, long long m, long long last)
 
     @cython.locals(completed=cython.longlong, got=cython.longlong, j=cython.longlong,
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
@@ -94,6 +101,10 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, need=cython.longlong)
     cpdef (long long, long long) make_room(self, long long t, long long n_dec, long long sum_ctx)
 
+    @cython.locals(kv=KVPool, due=cython.longlong, total=cython.longlong, ctx=cython.longlong)
+    cpdef (long long, long long, long long) _preempt(self, long long rid, long long t, long long n_dec,
+                                                    long long sum_ctx, long long need)
+
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
@@ -102,25 +113,33 @@ cdef class EngineState:
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
 
+cdef int IDLE, RUN, SHARED, DONE  # what Steps.advance hands serve (C constants)
+
+
+@cython.final  # (its methods are direct C calls, which the C compiler inlines into advance)
 cdef class Steps:
     cdef public EngineState st
+    cdef public LatencyLaw law
     cdef public object clock, bound, sp, tape
-    cdef public bint ff, slowed
+    cdef public bint ff, slowed, extra
     cdef public long long k, m, last
-    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark
+    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark, span
 
-    @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, m=cython.longlong,
-                   last=cython.longlong,
-                   slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
-                   a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
-                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=RingFifo, waiting=RingFifo,
-                   slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
-                   sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
-                   pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
-                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
-                   vg=cython.double, vh=cython.double, vf=cython.double)
+    @cython.locals(st=EngineState, kv=KVPool, until=cython.double, now=cython.double, what=cython.int,
+                   busy=cython.bint, i=cython.longlong, n=cython.longlong, waiting=RingFifo, sg=cython.double,
+                   sdg=cython.double, sh=cython.double, k=cython.longlong, span=cython.double,
+                   n_dec=cython.longlong, gap=cython.double, m=cython.longlong, end=cython.double,
+                   diter=cython.longlong, sum_ctx=cython.longlong)
     cpdef int advance(self) except -1
+
+    @cython.locals(st=EngineState, i=cython.longlong, r=cython.double)
+    cdef int _idle(self, double now, double until, bint busy) except -2
+
+    @cython.locals(st=EngineState, kv=KVPool, law=LatencyLaw, m=cython.longlong, pf=cython.longlong,
+                   n_dec=cython.longlong, sum_ctx=cython.longlong, pairs=cython.longlong, past=cython.longlong,
+                   g0=cython.double, dg=cython.double, h=cython.double, vf=cython.double, vg=cython.double,
+                   vh=cython.double, sg=cython.double, sh=cython.double, sdg=cython.double)
+    cdef inline int _compose(self, double now, bint busy) except -1
 
 
 cdef double _next_at(EngineState st, long long i) except? -1.0
