@@ -184,7 +184,7 @@ def _three_swap(ff: bool, pcie_gbps: float, block_bytes: int = 4096):
     gpu, cpu = Fabric(env, "t/gpu").link("gpu0", 1.0), Fabric(env, "t/cpu").link("cpu", 1.0)
     pcie = Fabric(env, "t/pcie").link("pcie", pcie_gbps)
     arr = Arrivals(np.zeros(3), np.array([4, 4, 4]), np.array([6, 6, 6]))
-    kv = KVPool(6, 4, swap=True)
+    kv = KVPool(6, 4, preemption="swap")
     s = Sidecar(
         env, 0, arr, LAT, max_num_seqs=8, max_num_batched_tokens=512, host_s=0.0, gpu=gpu, host=cpu,
         fast_forward=ff, kv=kv, pcie=pcie, block_bytes=block_bytes,
@@ -212,7 +212,7 @@ def test_hand_computed_swap(ff):
         assert fin[0] == fin[1] == pytest.approx(e5, abs=1e-15) and fin[2] == pytest.approx(e6, abs=1e-15)
         if gbps == math.inf:
             assert (fin[0], fin[2]) == (e5, e6)  # exactly: no transfer time at all
-        assert (kv.preemptions, kv.copied, kv.used, len(kv.swapped)) == (1, 4, 0, 0)
+        assert (kv.preemptions, kv.copied, kv.used, len(kv.mode.parked)) == (1, 4, 0, 0)
         assert list(s.core.prompt) == [4, 4, 4] and list(s.core.output) == [6, 6, 6]
 
 

@@ -819,7 +819,7 @@ class Steps:
             st.now, st.next_i = now, i
             if now >= self.mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
                 self.mark = self.tape.mark(st, until, busy)
-                now = st.now
+                now, i = st.now, st.next_i
             kv = st.kv
             if not st.n_dec and not st.prefilling.n and not waiting.n and (kv is None or not kv.mode.parked):
                 what = self._idle(now, until, busy)  # (rule 1)

@@ -4,7 +4,6 @@
 import cython
 
 
-@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class RingFifo:
     cdef readonly object a
     cdef readonly long long h, n

@@ -6,7 +6,6 @@ import cython
 cdef long long MASK
 
 
-@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class KeyHeap:
     cdef public object a
     cdef public Py_ssize_t n

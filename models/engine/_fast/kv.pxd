@@ -11,7 +11,6 @@ cpdef long long blocks(long long tokens, long long bs) except? -1
 from .preemption cimport Preemption  # (after `blocks`: preemption.pxd cimports serving.pxd, which cimports it)
 
 
-@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class KVPool:
     cdef public long long bs, pool, reserved, cap, wm, used, preemptions, rejected, sum_used, sum_cap, need_now
     cdef public long long hold, copy, copied

@@ -7,7 +7,6 @@ import cython
 cdef unsigned long long M64, GOLDEN
 
 
-@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class PrefixCache:
     cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch
     cdef public object key, pin, prv, nxt, tab

@@ -17,7 +17,6 @@ from .prefix cimport PrefixCache
 cpdef double delay_to(double now, double t) except? -1.0
 
 
-@cython.final  # (no subclass: its methods are called directly, not through a table)
 cdef class EngineState:
     cdef public long long max_seqs, budget
     cdef public LatencyLaw law
