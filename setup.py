@@ -82,7 +82,7 @@ BASE_DIRECTIVES = {
     # Typed views index request ids and slots that the arrays' growth (EngineState._grow,
     # KVPool.room, PrefixCache._room) keeps in range; unchecked, they cost a load each.
     # Negative indices still wrap as in Python (but in the modules of manifest.DIRECTIVES).
-    # The pure modules, which check every index, give the same rows bit for bit (tests/test_performance.py).
+    # The pure modules, which check every index, give the same rows bit for bit (tests/engine/test_performance.py).
     "boundscheck": False,
     "initializedcheck": False,
 }

@@ -22,12 +22,13 @@ import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.benchmarks.reference import serve
 from wadiloco.models.engine import _fast as core
-from wadiloco.models.spec.load import Scenario, load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import Scenario, load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"
-# The engine-fidelity variants timed beside the plain run (issue 14): a KV pool that runs short in
+# The engine-fidelity variants timed beside the plain run: a KV pool that runs short in
 # the bursts (preemption) with prefix caching on (half the requests share one of 4 system prompts of
 # 1,024 tokens; a cache of 32 blocks of 512 tokens, reserved out of the pool), and a router that
 # hands over every arrival.
@@ -107,7 +108,7 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
         if both:
             ff_pure.append(time_fleet(ff_sc, seed, pure_serving))
             kv_pure.append(time_fleet(kv_sc, seed, pure_serving))
-    # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
+    # the two modes must agree (tests/sim/test_queueing.py checks this to 1e-9 s on shorter windows)
     diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
 
     def summary(rs):
@@ -171,9 +172,9 @@ def heapq_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
     kw = dict(
         max_num_seqs=sc.engine.max_num_seqs,
         max_num_batched_tokens=sc.engine.max_num_batched_tokens,
-        host_s=fleet.host_s,
+        host_s=fleet.spec.engine.host_s,
     )
-    lat = fleet.lat
+    lat = fleet.spec.engine.latency
     until = sc.horizon_s + sc.drain_s
 
     def engine(ff: bool, lookahead: bool = False):

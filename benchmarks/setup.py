@@ -1,4 +1,4 @@
-"""Per-run set-up: what one run pays outside the engine loop (issue 16 item 4), and its SimPy events.
+"""Per-run set-up: what one run pays outside the engine loop, and its SimPy events.
 
 One run, as a sweep worker does it (experiments.sweep.worker.execute_task), split in parts:
   resolve_s    models.spec.load.resolve: the policy and workload resolved against the scenario;
@@ -48,22 +48,19 @@ def time_parts(sc, seed: int = 0, policy: str | None = None) -> dict:
     """One run of `sc`, timed part by part (module docstring)."""
     from wadiloco.experiments.output import to_jsonable
     from wadiloco.models.results import metrics as M
-    from wadiloco.models.spec.load import resolve
+    from wadiloco.models.spec.resolve import resolve
     from wadiloco.sim import build
     from wadiloco.sim.fleet import Fleet
-    from wadiloco.sim.merge import resolve_weights
 
     t0 = CLOCK()
     r = resolve(sc, policy)
     t_resolve = CLOCK() - t0
-    lat = build.engine_latency(r.scenario, None)
-    host_s = build.engine_host_s(r.scenario, resolve_weights(r.scenario))
     _forget_arrivals(build)  # cold: the draw itself (a trace is parsed at resolve, once per process)
     t0 = CLOCK()
-    build.make_arrivals(r, seed, lat, host_s)
+    build.make_arrivals(r, seed)
     t_arrivals = CLOCK() - t0
     t0 = CLOCK()
-    build.make_arrivals(r, seed, lat, host_s)
+    build.make_arrivals(r, seed)
     t_shared = CLOCK() - t0
     _forget_arrivals(build)
     t0 = CLOCK()

@@ -1,4 +1,4 @@
-"""What sharing work across the runs of a seed saves (issue 16 item 3: models.engine.tape, experiments.runner).
+"""What sharing work across the runs of a seed saves (models.engine.tape, experiments.runner).
 
 For each regime: the matched-random draws of one seed against wa_diloco's merge budget, each run
 with the seed's no_sync tapes and without, interleaved (A B A B ...), CPU time of the run itself
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from wadiloco.benchmarks.bursty import event_mark, processed_events
 from wadiloco.experiments.runner import run_one
-from wadiloco.models.spec.load import load_scenario, resolve, with_overrides
+from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]

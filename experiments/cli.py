@@ -24,6 +24,7 @@ from wadiloco.models.errors import InputError
 COMMAND_MODULES = [
     "wadiloco.experiments.commands",
     "wadiloco.experiments.planning_cli",
+    "wadiloco.experiments.network_cli",
     "wadiloco.experiments.sweep.cli",
 ]
 EXIT_INPUT = 2
@@ -155,7 +156,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as e:
         return _os_error(e)
     except MemoryError:
-        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and README, Input safety)")
+        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and docs/input_safety.md)")
     except RecursionError:
         _say("error: an input is nested too deeply to process")
     except Exception as e:  # noqa: BLE001 - no traceback, ever; but say it is ours

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from wadiloco.experiments.network_cli import add_network_args, cmd_calibrate_network, network_flags_given
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.schema import MAX_INT
@@ -34,14 +35,20 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("calibrate", help="print the fitted latency model and interference weights, or a profile's fit")
+    p = sub.add_parser(
+        "calibrate",
+        help="print the fitted latency model and interference weights, or a profile's fit, or (`calibrate network`) "
+        "fit the network's all-reduce to iperf3 and NCCL measurements",
+    )
     p.add_argument(
         "profile",
         nargs="?",
-        help="an engine profile (packaged name or YAML path) to fit and print, e.g. b200_vllm0102_eager",
+        help="an engine profile (packaged name or YAML path; ./network for a file of that name) to fit and print, "
+        "e.g. b200_vllm0102_eager; or `network`",
     )
     p.add_argument("--file", help="calibration JSON (default: the packaged H200 measurements)")
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    add_network_args(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("policies", help="list merge policies with their parameters and defaults")
@@ -72,11 +79,15 @@ def _scenario_args(p) -> None:
 
 
 def load_run(args):
-    """The scenario of a command's arguments, overrides applied and the policy chosen (a Resolved)."""
-    r = load_with_sets(args.scenario, parse_sets(args.sets))
+    """(the scenario of a command's arguments with its overrides applied, validated; its run's spec
+    with the policy chosen: models.spec.run.RunSpec)."""
+    from wadiloco.models.spec.resolve import resolve
+
+    sc = load_with_sets(args.scenario, parse_sets(args.sets))
+    r = resolve(sc)
     if args.policy or args.param:
         r = r.with_policy(args.policy, parse_params(args.param) if args.param else None, "<command line>", "--policy")
-    return r
+    return sc, r
 
 
 def seed_arg(v: str) -> int:
@@ -117,16 +128,15 @@ def cmd_run(args) -> int:
     from wadiloco.experiments.runner import run_one
     from wadiloco.models.spec.limits import check_run, notes
 
-    r = load_run(args)
-    check_run(r.scenario, r.workload)  # before anything is built or created
+    sc, r = load_run(args)
+    check_run(sc, r.workload.params)  # before anything is built or created
     out = ResultDir(args.out, "run", args.force) if args.out else None
-    for note in notes(r.scenario, r.policy_name):
+    for note in notes(sc, r.policy_name):
         sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
     res = run_one(r, args.seed, draw=args.draw, check=check)
-    # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
-    s = {**res.summary, "scenario_digest": res.scenario_digest, "policy_params": res.policy_params}
-    s["provenance"] = provenance.of_run(r, args.seed, args.draw, parse_sets(args.sets))
+    s = res.record()  # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
+    s["provenance"] = provenance.of_run(sc, r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
         out.open()
         try:
@@ -137,7 +147,7 @@ def cmd_run(args) -> int:
     if args.json:
         sys.stdout.write(dumps(s) + "\n")
     else:
-        sys.stdout.write(format_summary(s, r.scenario.horizon_s, r.scenario.drain_s) + "\n")
+        sys.stdout.write(format_summary(s, r.horizon_s, r.drain_s) + "\n")
     return 0
 
 
@@ -145,22 +155,10 @@ def _write_run(out, res, s: dict) -> None:
     import pandas as pd
 
     from wadiloco.experiments.output import dumps, requests_csv
+    from wadiloco.models.results.run import merge_rows
 
     out.write("requests.csv", requests_csv(res.requests))
-    rows = [
-        {
-            "merge_index": m.index,
-            "step": m.step,
-            "decided_at_s": m.decided_at,
-            "start_s": m.start,
-            "end_s": m.end,
-            "duration_s": m.end - m.start,
-            **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
-            **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
-        }
-        for m in res.merges
-    ]
-    out.write("merges.csv", pd.DataFrame(rows).to_csv(index=False))
+    out.write("merges.csv", pd.DataFrame(merge_rows(res.merges)).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
     out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
     out.write("summary.json", dumps(s) + "\n")
@@ -172,12 +170,11 @@ def cmd_show(args) -> int:
     from wadiloco.experiments.output import to_jsonable
     from wadiloco.experiments.provenance import resolved_scenario
 
-    r = load_run(args)
-    data = to_jsonable(resolved_scenario(r))
+    sc, r = load_run(args)
+    data = to_jsonable(resolved_scenario(sc, r))
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
-    sc = r.scenario
     head = [
         f"# {sc.source}, resolved: every field with its value, defaults filled in, --set applied",
         f"# requests arrive for horizon_s = {sc.horizon_s:g} s, then drain_s = {sc.drain_s:g} s lets those in flight"
@@ -257,6 +254,11 @@ def cmd_calibrate(args) -> int:
     from wadiloco.models.spec.schema import check_input
     from wadiloco.models.training.interference import fit_weights
 
+    if args.profile == "network":
+        return cmd_calibrate_network(args)
+    if network_flags_given(args):
+        flags = ", ".join(network_flags_given(args))
+        raise InputError(flags, "", "these flags belong to `wadiloco calibrate network`")
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
     if args.file:

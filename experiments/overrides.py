@@ -76,8 +76,8 @@ def _blames(where: str, path: str) -> bool:
 
 
 def load_with_sets(path: str | Path, sets: list[tuple[str, Any]]):
-    """The scenario file resolved with the overrides applied (a models.spec.load.Resolved)."""
-    from wadiloco.models.spec.load import from_dict
+    """The scenario file with the overrides applied, validated (models.spec.load: a Scenario)."""
+    from wadiloco.models.spec.load import scenario_from_dict as from_dict
     from wadiloco.models.spec.schema import read_yaml
 
     p = Path(path)

@@ -63,8 +63,7 @@ def _setup(args):
     from wadiloco.experiments.commands import load_run, parse_params
     from wadiloco.models.spec.load import policy_choice
 
-    r = load_run(args)  # the scenario with --set applied, and the policy checked against it
-    sc = r.scenario
+    sc, _ = load_run(args)  # the scenario with --set applied, and the policy checked against it
     policy, params = policy_choice(sc, args.policy, parse_params(args.param) if args.param else None)
     if args.horizon is not None and not (math.isfinite(args.horizon) and args.horizon > 0):
         raise InputError("<command line>", "--horizon", "must be a finite number > 0")

@@ -62,26 +62,26 @@ def software() -> dict[str, Any]:
     return {"version": version(), "git_revision": git_revision(), "serving_core": KIND}
 
 
-def resolved_scenario(r) -> dict[str, Any]:
-    """A models.spec.load.Resolved as a plain mapping: the scenario with every default, its workload's
-    params with theirs, and the policy that runs with its validated params."""
-    data = r.scenario.model_dump(mode="json")
-    data["workload"] = r.workload.model_dump(mode="json")
+def resolved_scenario(sc, r) -> dict[str, Any]:
+    """A scenario and its run's spec (models.spec.run.RunSpec) as a plain mapping: the scenario with
+    every default, its workload's params with theirs, and the policy that runs with its validated params."""
+    data = sc.model_dump(mode="json")
+    data["workload"] = r.workload.params.model_dump(mode="json")
     data["policy"] = {"name": r.policy_name, "params": r.params.model_dump(mode="json")}
     return data
 
 
-def of_run(r, seed: int, draw: int, sets: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
-    """Provenance of one run of the resolved scenario `r`."""
+def of_run(sc, r, seed: int, draw: int, sets: list[tuple[str, Any]] | None = None) -> dict[str, Any]:
+    """Provenance of one run of scenario `sc` as resolved (`r`, its RunSpec)."""
     return {
         **software(),
-        "scenario_file": r.scenario.source,
+        "scenario_file": sc.source,
         "overrides": {path: value for path, value in sets or []},
         "policy": r.policy_name,
         "policy_params": r.params.model_dump(mode="json"),
         "seed": seed,
         "draw": draw,
-        "scenario": resolved_scenario(r),
+        "scenario": resolved_scenario(sc, r),
     }
 
 
@@ -105,11 +105,12 @@ def of_sweep(plan) -> dict[str, Any]:
     (`inputs`), each regime's resolved scenario (the sweep's and the regime's overrides applied,
     every default filled in; the policy is the sweep's, so it is left out there), each policy with
     its validated params, and the seeds."""
-    from wadiloco.models.spec.load import check_policy, resolve
+    from wadiloco.models.spec.load import check_policy
+    from wadiloco.models.spec.resolve import resolve
 
     regimes, first = [], {}
     for reg in plan.regimes:
-        data = resolved_scenario(resolve(reg.scenario))
+        data = resolved_scenario(reg.scenario, resolve(reg.scenario))
         data.pop("policy", None)
         regimes.append({"name": reg.name, "scenario_file": reg.path, "scenario_hash": reg.digest, "scenario": data})
     for a in plan.arms:

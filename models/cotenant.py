@@ -5,20 +5,19 @@ engine profile's fitted co-tenant entry), the sidecars it presses on, and when i
 windows of its timetable moved to the stress loop's poll grid (models.testbed.fluid.stress_intervals)
 plus, for a `merges` timetable, a window after each merge of the run's own trainer (known only as the
 run goes: sim.cotenant asks `merge_window`). `testbed_labels:` becomes a `LabelPlan`, which labels
-requests at their start after the run. Both are SimPy-free; models.spec.load builds them, so a bad file
-or profile entry is an input error at load time, before anything runs.
+requests at their start after the run. Both are SimPy-free; models.spec.resolve builds them, and
+validation (models.spec.load, `check_timetable`) finds a bad windows file or a timetable of too many
+windows when the scenario loads, before anything runs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from wadiloco.models.engine.profiles import ProfileSpec, packaged_profiles, profile_path
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.scenario import (
     BurstyTimetable,
@@ -27,11 +26,9 @@ from wadiloco.models.spec.scenario import (
     MergesTimetable,
     PeriodicTimetable,
     PressureTimetable,
-    Scenario,
     UnionTimetable,
     WindowsTimetable,
 )
-from wadiloco.models.spec.schema import read_yaml, validate
 from wadiloco.models.testbed import timetables as tt
 from wadiloco.models.testbed.fluid import stress_intervals
 
@@ -93,7 +90,7 @@ class LabelPlan:
     horizon_s: float
 
     def columns(self, t: np.ndarray, merge_ends: np.ndarray) -> dict[str, np.ndarray]:
-        """The label columns of requests that start at `t` (models.results.metrics.add_labels adds them)."""
+        """The label columns of requests that start at `t` (models.results.run Labels adds them)."""
         out = {"sync_active": self.sync.active(t, merge_ends)}
         p = self.pressure
         if isinstance(p, PressureTimetable):
@@ -106,25 +103,19 @@ class LabelPlan:
         return out
 
 
-# ---- building plans from a scenario ------------------------------------------------------------------
+# ---- building plans from a scenario's blocks (models.spec.resolve) ----------------------------------
 
 
-def cotenant_plan(sc: Scenario, file: object) -> CotenantPlan | None:
-    c: CotenantConfig | None = sc.cotenant
-    if c is None:
-        return None
-    table = timetable_plan(c.timetable, sc.horizon_s, sc.base_dir, file, "cotenant.timetable")
-    sidecars = tuple(range(sc.fleet.n_sidecars)) if c.sidecars is None else tuple(sorted(set(c.sidecars)))
-    weight = c.weight if c.weight is not None else profile_weight(sc, c.profile_entry, file)
-    return CotenantPlan(float(weight), sidecars, table, c.poll_s, sc.horizon_s)
+def cotenant_plan(
+    c: CotenantConfig, weight: float, sidecars: tuple[int, ...], horizon: float, base_dir: str, file: object
+) -> CotenantPlan:
+    table = timetable_plan(c.timetable, horizon, base_dir, file, "cotenant.timetable")
+    return CotenantPlan(weight, sidecars, table, c.poll_s, horizon)
 
 
-def label_plan(sc: Scenario, file: object) -> LabelPlan | None:
-    lab: LabelsConfig | None = sc.testbed_labels
-    if lab is None:
-        return None
-    sync = timetable_plan(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
-    return LabelPlan(sync, lab.pressure, sc.horizon_s)
+def label_plan(lab: LabelsConfig, horizon: float, base_dir: str, file: object) -> LabelPlan:
+    sync = timetable_plan(lab.sync, horizon, base_dir, file, "testbed_labels.sync")
+    return LabelPlan(sync, lab.pressure, horizon)
 
 
 def timetable_plan(spec, horizon: float, base_dir: str, file: object, where: str) -> TimetablePlan:
@@ -153,23 +144,38 @@ def _check_count(n: float, file: object, where: str) -> None:
         raise InputError(file, where, msg)
 
 
-def _fixed(spec, horizon: float, base_dir: str, file: object, where: str) -> tt.Timetable | None:
-    """The exact timetable of one fixed kind; None for `none`."""
-    if isinstance(spec, PeriodicTimetable):
+def check_timetable(spec, horizon: float, base_dir: str, file: object, where: str) -> None:
+    """The input errors `timetable_plan` raises (too many windows, a missing or malformed windows file),
+    without building the timetable: validation (models.spec.load), before any run is resolved."""
+    parts = spec.of if isinstance(spec, UnionTimetable) else [spec]
+    for k, part in enumerate(parts):
+        at = f"{where}.of.{k}" if isinstance(spec, UnionTimetable) else where
+        if isinstance(part, UnionTimetable):
+            check_timetable(part, horizon, base_dir, file, at)
+        else:
+            _fixed(part, horizon, base_dir, file, at, build=False)
+
+
+def _fixed(spec, horizon: float, base_dir: str, file: object, where: str, build: bool = True) -> tt.Timetable | None:
+    """The exact timetable of one fixed kind; None for `none` and `merges` (or, not `build`, its checks only)."""
+    if isinstance(spec, (PeriodicTimetable, PressureTimetable, BurstyTimetable)):
         _check_count(horizon / spec.period_s, file, f"{where}.period_s")
+    if not build and not isinstance(spec, WindowsTimetable):
+        return None
+    if isinstance(spec, PeriodicTimetable):
         return tt.periodic(spec.period_s, spec.window_s, spec.inclusive, horizon=horizon, phase=spec.phase_s)
     if isinstance(spec, PressureTimetable):
-        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
         return tt.pressure(spec.period_s, horizon=horizon, threshold=spec.threshold)
     if isinstance(spec, BurstyTimetable):
-        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
         return tt.bursty(spec.period_s, spec.window_s, spec.phase_s, horizon=horizon)
     if isinstance(spec, WindowsTimetable):
-        return _windows(spec, horizon, base_dir, file, where)
-    return None  # `none`
+        return _windows(spec, horizon, base_dir, file, where, build)
+    return None  # `none`, `merges`
 
 
-def _windows(spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str) -> tt.Timetable:
+def _windows(
+    spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str, build: bool = True
+) -> tt.Timetable | None:
     if spec.file is not None:
         path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
         if not path.is_file():
@@ -180,47 +186,6 @@ def _windows(spec: WindowsTimetable, horizon: float, base_dir: str, file: object
     d = spec.repeat_s if spec.repeat_s is not None else trace.duration
     if spec.repeat and d > spec.window_s:
         _check_count(math.ceil(horizon / d) * max(1, len(trace.starts)), file, f"{where}.repeat_s")
+    if not build:
+        return None
     return tt.windows(trace.starts, spec.window_s, duration=d, repeat=spec.repeat, horizon=horizon)
-
-
-# ---- the co-tenant's weight from an engine profile ---------------------------------------------------
-
-
-def resolve_profile(name: str, base_dir: str, file: object) -> Path:
-    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
-        p = Path(base_dir) / p
-    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
-    if path is None:
-        known = ", ".join(packaged_profiles())
-        msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
-        raise InputError(file, "engine.profile", msg)
-    return path
-
-
-def profile_weight(sc: Scenario, entry: str, file: object) -> float:
-    if sc.engine.profile is None:
-        raise InputError(file, "engine.profile", "cotenant.profile_entry needs an engine profile: set engine.profile")
-    return _entry_weight(str(resolve_profile(sc.engine.profile, sc.base_dir, file)), entry, str(file))
-
-
-@lru_cache(maxsize=32)
-def _entry_weight(path: str, entry: str, file: str) -> float:
-    """One co-tenant entry of a profile, fitted as models.engine.profiles.fit_profile fits it (the mean of
-    L_s / L_u - 1 over its runs) without fitting the rest of the profile (its `both` runs take ~10 s)."""
-    from wadiloco.models.testbed import fit
-
-    spec = validate(ProfileSpec, read_yaml(path), path)
-    if entry not in spec.cotenants:
-        known = ", ".join(sorted(spec.cotenants)) or "none"
-        msg = f"profile {spec.name!r} has no co-tenant {entry!r}; known: {known}"
-        raise InputError(file, "cotenant.profile_entry", msg)
-    if spec.measurements != fit.STAGE10:
-        raise InputError(path, "measurements", f"only the Stage 10 format is fitted so far ({fit.STAGE10})")
-    known_runs = {r["name"] for r in fit.stage10()["runs"]}
-    runs = spec.cotenants[entry].runs
-    for run in runs:
-        if run not in known_runs:
-            raise InputError(path, f"cotenants.{entry}.runs", f"no run {run!r} in {spec.measurements}")
-    return sum(fit.fit_run(r).weight for r in runs) / len(runs)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wadiloco.models.spec.scenario import Scenario
-from wadiloco.models.training.interference import InterferenceWeights
+from wadiloco.models.spec.run import MergeSpec
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.gpushare import GpuShare
 from wadiloco.sim.resources import Resources
@@ -34,14 +33,13 @@ class Checkpointer:
     def __init__(
         self,
         env,
-        sc: Scenario,
-        w: InterferenceWeights,
+        m: MergeSpec,
         res: Resources,
         path: Callable,
         bound_changed: Callable,
         gs: GpuShare,
     ):
-        self.env, self.sc, self.w, self.res, self.gs = env, sc, w, res, gs
+        self.env, self.m, self.w, self.res, self.gs = env, m, m.weights, res, gs
         self.path, self.bound_changed = path, bound_changed
         self.host_work: list[tuple[str, int, float, float]] = []
         self._background = None  # the save in flight (async), a SimPy process
@@ -52,12 +50,12 @@ class Checkpointer:
 
     def phase(self, frac: float = 1.0) -> list:
         """The `ckpt` phase: what the merge waits for (jobs or events)."""
-        if self.sc.merge.checkpoint_mode == "async":
+        if self.m.checkpoint_mode == "async":
             return [self.env.process(self._async(frac))]
         return self.write_all(frac)
 
     def write_all(self, frac: float) -> list:
-        n, k = len(self.res.hosts), self.sc.merge.checkpoint_stagger
+        n, k = len(self.res.hosts), self.m.checkpoint_stagger
         if k is None or k >= n:
             with self.res.net.fabric.batch():  # (every host's serialisers and writes start together)
                 return [j for h in range(n) for j in self._host(h, frac)]
@@ -77,8 +75,8 @@ class Checkpointer:
         write, an I/O transfer to the store fed by the serialisers (never faster than they make
         bytes; after they are done, from the buffer they filled). A slow WAN or store lengthens the
         write, not the CPU pressure: a thread waiting on I/O is idle."""
-        m, net, hr = self.sc.merge, self.res.net, self.res.hosts[k]
-        gbits = self._gbits(frac)
+        m, net, hr = self.m, self.res.net, self.res.hosts[k]
+        gbits = m.ckpt_gbits(frac)
         ser = net.serialize[k]
         weight = self.w.host_ckpt * m.serialize_threads  # each thread presses like the measured one
         holds = [hold(c, weight, "ckpt") for c in hr.cpu_paths()] if weight > 0 else []
@@ -90,10 +88,6 @@ class Checkpointer:
         write = net.fabric.start(self.path(hr.name, "store"), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
         return [s, write]
 
-    def _gbits(self, frac: float) -> float:
-        m, fc = self.sc.merge, self.sc.fleet
-        return self.sc.training.params / fc.hosts_per_island * frac * m.checkpoint_bytes_per_param * 8 / 1e9
-
     def _host_done(self, holds: list[Job], kind: str, host: int, t0: float) -> None:
         """Merge CPU work on a host ended: its holds go, and `host_work` records how long it pressed."""
         Fabric.release(holds)
@@ -104,7 +98,7 @@ class Checkpointer:
         PCIe (blocking: the merge waits for this only), then write in the background."""
         if self.busy:
             yield self._background
-        w, gbits = self.w, self._gbits(frac)
+        w, gbits = self.w, self.m.ckpt_gbits(frac)
         staged = []
         for hr in self.res.hosts:
             holds = [hold(c, w.host_stage, "ckpt_stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []

@@ -7,28 +7,30 @@ the fixed windows, already on the stress loop's poll grid, and the window after 
 `merges` timetable (`merge_ended`, called by the fleet when the trainer banks a merge).
 
 Cheap by construction: one timeout per switch (no polling: the poll tick is computed), one fabric
-start and stop per link and window, overlapping windows switched as one. `next_switch_at` is a
-lookahead source (sim.lookahead): engines never run past an instant the co-tenant changes their link.
+start and stop per link and window, overlapping windows switched as one. It is a lookahead
+source (sim.lookahead, `next_touch_at`): engines never run past an instant the co-tenant changes
+their link.
 """
 
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable
 
 from wadiloco.models.cotenant import CotenantPlan
+from wadiloco.models.results.run import NoExtra
 from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
+from wadiloco.sim.lookahead import unbound
 
 
-class Cotenant:
+class Cotenant(NoExtra):
     """`log` records the windows as run: [on, off] each (off = +inf while on at the end)."""
 
-    def __init__(self, env, plan: CotenantPlan, links: list[Link], bound_changed: Callable[[], None]):
+    def __init__(self, env, plan: CotenantPlan, links: list[Link]):
         self.env = env
         self.plan = plan
         self.links = links
-        self.bound_changed = bound_changed
+        self.bound_changed = unbound
         self.on = False
         self.log: list[list[float]] = []
         self._pending = plan.fixed_windows()  # sorted, disjoint (on, off) still to come
@@ -41,8 +43,8 @@ class Cotenant:
     def start(self) -> None:
         self._schedule()
 
-    def next_switch_at(self) -> float:
-        """A lookahead source: the next instant the co-tenant starts or stops holding a GPU link."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): the next instant the co-tenant starts or stops holding a GPU link."""
         return self._next
 
     def merge_ended(self) -> None:
@@ -93,3 +95,14 @@ class Cotenant:
 
     def windows(self) -> list[tuple[float, float]]:
         return [(a, b) for a, b in self.log]
+
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): its weight and how long it was on."""
+        wins, now = self.windows(), self.env.now
+        return {
+            "cotenant": {
+                "weight": self.plan.weight,
+                "windows": len(wins),
+                "on_s": float(sum(min(b, now) - a for a, b in wins)),
+            }
+        }

@@ -32,30 +32,19 @@ import numpy as np
 from wadiloco.models.engine._fast import (
     serve,  # compiled or pure (models/engine/_fast/__init__.py), as sim.engine runs it
 )
-from wadiloco.models.engine.kv import bytes_per_token
-from wadiloco.models.engine.latency import LatencyModel
-from wadiloco.models.errors import InputError
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.results.run import NoExtra
+from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
-from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
-from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.build import sidecar
+from wadiloco.sim.engine import Lookahead, Sidecar, delay_to
 from wadiloco.sim.fabric import INF, Link
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
-from wadiloco.sim.routing import is_routed
 from wadiloco.sim.topology import route
 
 NAN = math.nan
 EMPTY = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
-
-
-def kv_bytes_per_token(sc: Scenario, given: int | None) -> int:
-    """KV bytes per prompt token a hand-off or a fetch moves: `given`, or the engine's model shape
-    (models.engine.kv.bytes_per_token: 131072, 128 KiB, for Llama-3-8B in bf16)."""
-    e = sc.engine
-    if given is not None:
-        return given
-    return bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
 
 
 class _Fed:
@@ -91,11 +80,10 @@ def enter(env, sd: Sidecar, prompt: int, output: int, cached: int, hashes=None) 
     return core.n - 1
 
 
-def kv_links(sc: Scenario, res: Resources, p: int, d: int) -> list[Link]:
-    """What a KV flow from sidecar p's host to sidecar d's host crosses: the fewest-hop route's edges
-    and the backplane of every switch on it (as sim.merge routes the all-reduce); one host's PCIe if
-    both are on it (an assumption: no NVLink between its GPUs is modelled)."""
-    per_host = sc.fleet.sidecars_per_host
+def kv_links(per_host: int, res: Resources, p: int, d: int) -> list[Link]:
+    """What a KV flow from sidecar p's host to sidecar d's host (`per_host` sidecars each) crosses: the
+    fewest-hop route's edges and the backplane of every switch on it (as sim.merge routes the
+    all-reduce); one host's PCIe if both are on it (an assumption: no NVLink between its GPUs is modelled)."""
     hp, hd = res.hosts[p // per_host], res.hosts[d // per_host]
     if hp is hd:
         return [hp.pcie]
@@ -123,17 +111,17 @@ class _Prefills:
             self.owner.prefilled(tag[rid], end)
 
 
-class Disagg:
+class Disagg(NoExtra):
     """The prefill and decode sidecars of one run and the hand-offs between them. Per request
     (fleet-wide index j, in arrival order): its prefill sidecar, when its prefill ended, when its
     KV was in, its decode sidecar and its index there."""
 
-    key = "disagg"  # the summary's key
-
-    def __init__(self, env, sc: Scenario, arrivals: list[Arrivals], lat: LatencyModel, host_s: float, res, la):
-        self.env, self.sc, self.res, self.la = env, sc, res, la
-        n, per_host = sc.fleet.n_sidecars, sc.fleet.sidecars_per_host
-        self.prefill = sorted(sc.disagg.prefill_sidecars)
+    def __init__(self, env, spec: RunSpec, arrivals: list[Arrivals], res, la):
+        self.env, self.res, self.la = env, res, la
+        fc = spec.fleet
+        n, per_host = fc.n_sidecars, fc.sidecars_per_host
+        self.per_host, self.per_island = per_host, per_host * fc.hosts_per_island
+        self.prefill = list(spec.disagg.prefill_sidecars)
         self.decode = [s for s in range(n) if s not in set(self.prefill)]
         t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
         order = np.argsort(t, kind="stable")  # ties in the dealt (sidecar) order
@@ -146,28 +134,23 @@ class Disagg:
         self.dest, self.drid = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
         self.pending = m  # requests not yet handed to a decode engine (or done at their prefill)
         self.inflight = [0] * n
-        self.bytes_per_token = kv_bytes_per_token(sc, sc.disagg.kv_bytes_per_token)
+        self.bytes_per_token = spec.disagg.kv_bytes_per_token
         self.kv_bytes = 0.0
-        self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by the fleet)
-        e, step = sc.engine, engine_step(sc)
+        self.bound_changed = unbound
+        e = spec.engine
         self.sidecars = []
         for s in range(n):
-            hr = res.hosts[s // per_host]
             pre = s in set(self.prefill)
+            client = _Prefills(self, np.flatnonzero(self.by == s)) if pre else None
+            hr, j = res.hosts[s // per_host], s % per_host
             self.sidecars.append(
-                Sidecar(
-                    env, s, EMPTY, lat, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
-                    host_s=host_s, gpu=hr.gpus[s % per_host], host=hr.cpus[s % per_host],
-                    fast_forward=e.fast_forward and pre, lookahead=la, step=step,
-                    front=hr.fronts[s % per_host] if step.frontend else None,
-                    client=_Prefills(self, np.flatnonzero(self.by == s)) if pre else None, kv=engine_kv(sc, s),
-                )
-            )  # fmt: skip
+                sidecar(env, s, EMPTY, e, hr, j, la, fast_forward=e.fast_forward and pre, client=client)
+            )
             if not pre:
                 fed(self.sidecars[-1])
 
-    def next_at(self) -> float:
-        """A lookahead source: -inf while a hand-off may still enter a decode engine."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): -inf while a hand-off may still enter a decode engine."""
         return -INF if self.pending else INF
 
     # -- the hand-off ----------------------------------------------------------------------------
@@ -212,7 +195,7 @@ class Disagg:
     def _pick(self, p: int) -> int:
         """The decode sidecar for a request prefilled on p: on p's island if it has one, else any;
         the fewest requests waiting, running or in transfer to it; ties to the lowest index."""
-        per_island = self.sc.fleet.sidecars_per_host * self.sc.fleet.hosts_per_island
+        per_island = self.per_island
         near = [d for d in self.decode if d // per_island == p // per_island] or self.decode
         now = self.env.now
 
@@ -223,7 +206,7 @@ class Disagg:
         return min(near, key=load)
 
     def _links(self, p: int, d: int) -> list[Link]:
-        return kv_links(self.sc, self.res, p, d)
+        return kv_links(self.per_host, self.res, p, d)
 
     # -- results ---------------------------------------------------------------------------------
     def per_sidecar(self) -> list[tuple]:
@@ -247,10 +230,14 @@ class Disagg:
             out.append((self.t[m], self.prompt[m], self.output[m], adm[m], self.kv_done[m], fin[m], extra))
         return out
 
-    def summary(self) -> dict:
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the KV hand-offs."""
         moved = self.dest >= 0
         kv_s = (self.kv_done - self.prefill_done)[moved]
         kv_s = kv_s[~np.isnan(kv_s)]
+        return {"disagg": self._figures(moved, kv_s)}
+
+    def _figures(self, moved: np.ndarray, kv_s: np.ndarray) -> dict:
         return {
             "prefill_sidecars": list(self.prefill),
             "decode_sidecars": list(self.decode),
@@ -261,10 +248,11 @@ class Disagg:
             "kv_transfer_max_s": float(kv_s.max()) if len(kv_s) else 0.0,
         }
 
-    def check(self, now: float) -> None:
+    def check(self, req, merges) -> None:
         """INV-1 per engine (a prefill engine's requests are those dealt to it, a decode engine's
         those handed to it), KV conservation (INV-23), and the hand-off's order: prefill end <= KV
         in <= decode admission."""
+        now = self.env.now
         for s, sd in enumerate(self.sidecars):
             if s in self.prefill:
                 mine = self.by == s
@@ -282,17 +270,7 @@ class Disagg:
                     raise inv.InvariantError(f"disagg: a hand-off to sidecar {d} out of order")
 
 
-def make_disagg(env, sc: Scenario, arrivals: list[Arrivals], lat, host_s: float, res: Resources, bound, clients):
-    """The run's disaggregated sidecars (None without `disagg:`); a source of the lookahead `bound`."""
-    if sc.disagg is None:
-        return None
-    if clients is not None:
-        raise InputError(sc.source, "disagg", "a closed-loop workload creates each sidecar's requests: not with disagg")
-    if is_routed(sc):
-        raise InputError(sc.source, "disagg", "disaggregated serving deals requests to its prefill sidecars itself")
-    if engine_prefix(sc) is not None:
-        raise InputError(sc.source, "disagg", "engine.prefix_cache is not modelled on prefill sidecars: leave it off")
-    d = Disagg(env, sc, arrivals, lat, host_s, res, bound.lookahead)
-    d.bound_changed = bound.changed
-    bound.watch(d.next_at)
-    return d
+def make_disagg(env, spec: RunSpec, arrivals: list[Arrivals], res: Resources, la: Lookahead):
+    """The run's disaggregated sidecars (None without `disagg:`); a lookahead source. What disagg
+    rules out (a closed loop, a router, a prefix cache) models.spec.resolve has checked."""
+    return Disagg(env, spec, arrivals, res, la) if spec.disagg is not None else None

@@ -103,7 +103,7 @@ class Fabric:
         self.generation = 0
         self.check = check  # assert capacities on every re-allocation (invariant mode)
         # The instant its next job completes (its timer fires; inf: none), and whom to tell when that
-        # instant moves: until then nothing on this fabric changes by itself (sim.merge next_work_at).
+        # instant moves: until then nothing on this fabric changes by itself (sim.merge next_touch_at).
         self.next_at = INF
         self.timer_moved: Callable[[], None] | None = None
         self._cap = array("d")  # each link's capacity, by Link.idx (models.network.fairshare's input)
@@ -243,7 +243,7 @@ class Fabric:
 
     def _reallocate(self) -> None:
         """Progressive filling (models.network.fairshare: its float operations, their order and tie-breaks are
-        the plain statement's, which tests/test_fabric.py keeps bit-identical), then each job's finish
+        the plain statement's, which tests/network/test_fabric.py keeps bit-identical), then each job's finish
         and the timer of the next one. The links' peak loads are raised there too."""
         jobs = self.jobs
         now = self.env.now

@@ -19,17 +19,16 @@ hold is a fabric job, and a GPU in `fleet.unlimited` removes all of it.
 
 from __future__ import annotations
 
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.spec.run import FleetSpec
 from wadiloco.models.training.interference import InterferenceWeights
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.resources import HostRes
 
 
 class GpuShare:
-    def __init__(self, sc: Scenario, w: InterferenceWeights, hosts: list[HostRes]):
-        fc = sc.fleet
+    def __init__(self, fc: FleetSpec, w: InterferenceWeights, hosts: list[HostRes]):
         self.mode = fc.gpu_sharing
-        self.shared = fc.colocation == "same_gpu" and self.mode != "mig"
+        self.shared = fc.same_gpu and self.mode != "mig"
         self.steps_hold = self.mode in ("timeslice", "mps")  # inner steps, kernels and copies hold the GPU
         self.cap = fc.mps_training_share if self.mode == "mps" else 1.0
         self.w = w

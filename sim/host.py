@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from wadiloco.models.rng import stream
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.spec.run import FleetSpec
 from wadiloco.models.training.host import default_oversubscription
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 
@@ -74,11 +74,9 @@ class HostCpu:
     """One host's cores: a `cores` link (its own fabric), the runnable threads and, with a core
     count, one Preempter per engine and frontend CPU path."""
 
-    def __init__(self, env, name: str, sc: Scenario, paths: list[Link], n_engines: int, check: bool, seed: int):
-        fc = sc.fleet
-        unl = "host" in fc.unlimited
+    def __init__(self, env, name: str, fc: FleetSpec, paths: list[Link], n_engines: int, check: bool, seed: int):
         self.env = env
-        self.n = None if fc.host_cores is None or unl else fc.host_cores
+        self.n = fc.cores
         self.cores = Fabric(env, f"{name}/cores", check).link("cores", INF if self.n is None else float(self.n))
         self.paths = paths
         fronts = len(paths) - n_engines  # frontend paths follow the engines' (HostRes.cpu_paths)

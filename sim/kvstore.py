@@ -24,52 +24,46 @@ import math
 
 import numpy as np
 
-from wadiloco.models.errors import InputError
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.results.run import NoExtra
+from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
-from wadiloco.sim.build import engine_kv, engine_prefix, engine_step
-from wadiloco.sim.disagg import EMPTY, enter, fed, kv_bytes_per_token, kv_links
-from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.build import prefix_cache, sidecar
+from wadiloco.sim.disagg import EMPTY, enter, fed, kv_links
+from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF
-from wadiloco.sim.routing import is_routed
+from wadiloco.sim.lookahead import unbound
 
 NAN = math.nan
 
 
-class RemoteKV:
+class RemoteKV(NoExtra):
     """The sidecars of a run whose prefix caches are one pool, and the fetches between them. Per
     sidecar and request (its index in the sidecar's arrivals): the request's index in the engine, when
     it entered (its arrival, or its fetch's end) and the prompt tokens it fetched."""
 
-    key = "remote_kv"  # the summary's key
-
-    def __init__(self, env, sc: Scenario, arrivals: list[Arrivals], lat, host_s: float, res, la):
-        self.env, self.sc, self.res, self.arr = env, sc, res, arrivals
-        e, step, per_host = sc.engine, engine_step(sc), sc.fleet.sidecars_per_host
+    def __init__(self, env, spec: RunSpec, arrivals: list[Arrivals], res, la):
+        self.env, self.res, self.arr = env, res, arrivals
+        e, fc = spec.engine, spec.fleet
+        self.per_host, self.per_island = fc.sidecars_per_host, fc.sidecars_per_host * fc.hosts_per_island
         self.sidecars = []
-        for s in range(sc.fleet.n_sidecars):
-            hr = res.hosts[s // per_host]
+        for s in range(fc.n_sidecars):
+            hr, j = res.hosts[s // self.per_host], s % self.per_host
             self.sidecars.append(
-                Sidecar(
-                    env, s, EMPTY, lat, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
-                    host_s=host_s, gpu=hr.gpus[s % per_host], host=hr.cpus[s % per_host], fast_forward=False,
-                    lookahead=la, step=step, front=hr.fronts[s % per_host] if step.frontend else None,
-                    kv=engine_kv(sc, s), prefix=engine_prefix(sc),
-                )
-            )  # fmt: skip
+                sidecar(env, s, EMPTY, e, hr, j, la, fast_forward=False, prefix=prefix_cache(e.prefix))
+            )
             fed(self.sidecars[-1]).t_arr = arrivals[s].t  # the monitor counts arrivals as they arrive
         self.rid = [np.full(len(a.t), -1, np.int64) for a in arrivals]
         self.entered = [np.full(len(a.t), NAN) for a in arrivals]
         self.fetched = [np.zeros(len(a.t), np.int64) for a in arrivals]
         self.pending = sum(len(a.t) for a in arrivals)
-        self.bytes_per_token = kv_bytes_per_token(sc, sc.remote_kv.kv_bytes_per_token)
+        self.bytes_per_token = spec.remote_kv.kv_bytes_per_token
         self.fetched_bytes = 0.0
-        self.bound_changed = lambda: None  # the fleet's LookaheadBound.changed (set by make_remote_kv)
+        self.bound_changed = unbound
         env.process(self._run())
 
-    def next_at(self) -> float:
-        """A lookahead source: -inf while a request may still enter an engine."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): -inf while a request may still enter an engine."""
         return -INF if self.pending else INF
 
     def _run(self):
@@ -100,8 +94,7 @@ class RemoteKV:
         if not hs:
             return 0, None, 0
         own = self.sidecars[s].core.px.lookup(hs)
-        fc = self.sc.fleet
-        per_host, per_island = fc.sidecars_per_host, fc.sidecars_per_host * fc.hosts_per_island
+        per_host, per_island = self.per_host, self.per_island
         near = sorted(
             (q for q in range(len(self.sidecars)) if q != s),
             key=lambda q: (q // per_host != s // per_host, q // per_island != s // per_island, q),
@@ -116,7 +109,7 @@ class RemoteKV:
     def _fetch(self, s: int, i: int, peer: int, got: int, have: int, hs):
         nbytes = float(got - have) * self.bytes_per_token
         self.fetched_bytes += nbytes
-        links = kv_links(self.sc, self.res, peer, s)
+        links = kv_links(self.per_host, self.res, peer, s)
         job = links[0].fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("remote_kv", "fetch"))
         if not job.done.triggered:
             yield job.done
@@ -148,7 +141,11 @@ class RemoteKV:
             out.append((a.t, np.asarray(a.prompt, np.int64), np.asarray(a.output, np.int64), *cols, extra))
         return out
 
-    def summary(self) -> dict:
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the fetches."""
+        return {"remote_kv": self._figures()}
+
+    def _figures(self) -> dict:
         f = np.concatenate(self.fetched) if self.fetched else np.empty(0, np.int64)
         waits = np.concatenate([e - a.t for e, a in zip(self.entered, self.arr)]) if self.arr else np.empty(0)
         waits = waits[(f > 0) & ~np.isnan(waits)]
@@ -160,30 +157,16 @@ class RemoteKV:
             "fetch_max_s": float(waits.max()) if len(waits) else 0.0,
         }
 
-    def check(self, now: float) -> None:
+    def check(self, req, merges) -> None:
         """INV-1 per engine over the requests that entered it, and KV conservation (INV-23)."""
+        now = self.env.now
         for s, sd in enumerate(self.sidecars):
             n = int((self.rid[s] >= 0).sum())
             inv.check_conservation(s, sd.counts(now), n, int((~np.isnan(sd.results()[2])).sum()))
             inv.check_kv(s, sd.core)
 
 
-def make_remote_kv(env, sc: Scenario, arrivals: list[Arrivals], lat, host_s: float, res, bound, clients):
-    """The run's pooled-cache sidecars (None without `remote_kv:`); a source of the lookahead `bound`."""
-    if sc.remote_kv is None:
-        return None
-    why = (
-        "needs engine.prefix_cache (its caches are the pool)"
-        if engine_prefix(sc) is None
-        else "a closed-loop workload creates each sidecar's requests: not with remote_kv"
-        if clients is not None
-        else "requests enter their workload's sidecar: use router.name static"
-        if is_routed(sc)
-        else None
-    )
-    if why is not None:
-        raise InputError(sc.source, "remote_kv", why)
-    r = RemoteKV(env, sc, arrivals, lat, host_s, res, bound.lookahead)
-    r.bound_changed = bound.changed
-    bound.watch(r.next_at)
-    return r
+def make_remote_kv(env, spec: RunSpec, arrivals: list[Arrivals], res, la):
+    """The run's pooled-cache sidecars (None without `remote_kv:`); a lookahead source. What remote_kv
+    needs (a prefix cache, open-loop arrivals, no router) models.spec.resolve has checked."""
+    return RemoteKV(env, spec, arrivals, res, la) if spec.remote_kv is not None else None

@@ -1,21 +1,37 @@
 """How far serving engines may run ahead of the SimPy clock (sim.engine.Lookahead).
 
 An engine may book iterations without yielding up to the first instant at which anything outside
-the engines could look at them or put work on their links. Each such thing is a *source* that
-says when it next will: the trainer's next policy decision (its step times are drawn ahead), the
-monitor's next sample, a merge (now, while one runs), a GPU co-tenant's next switch. The bound
-is the earliest of them, never past the end of the run; -inf while lookahead is off. Sources call
-`changed` whenever their instant may have moved; they are asked in the order watched, so the
-cheapest goes first.
+the engines could look at them or put work on their links. Each such thing is a *source* (the
+`Source` protocol): it says when it next will (`next_touch_at`) and calls its `bound_changed`
+whenever that instant may have moved. The trainer's next policy decision (its step times are drawn
+ahead), the monitor's next sample, a merge (now, while one runs), a GPU co-tenant's next switch, a
+router's next arrival, ... The fleet registers them all in one place (sim.fleet `_lookahead_sources`);
+the bound is the earliest of their instants, never past the end of the run; -inf while lookahead
+is off. Sources are asked in the order registered, so the cheapest goes first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from wadiloco.sim.engine import Lookahead
 
 INF = float("inf")
+
+
+class Source(Protocol):
+    """Something that touches or reads the engines at instants it knows ahead."""
+
+    bound_changed: Callable[[], None]  # set by LookaheadBound.register; call it when next_touch_at may move
+
+    def next_touch_at(self) -> float:
+        """The next instant it may touch or read an engine (-inf: unknown, now; +inf: never)."""
+        ...
+
+
+def unbound() -> None:
+    """A source's `bound_changed` until it is registered: there is no bound to tell."""
 
 
 class LookaheadBound:
@@ -26,9 +42,11 @@ class LookaheadBound:
         self.on = False  # until start(): the clock has not started
         self._sources: list[Callable[[], float]] = []
 
-    def watch(self, *sources: Callable[[], float]) -> None:
-        """Add sources: callables giving the next instant each will touch or read an engine."""
-        self._sources.extend(sources)
+    def register(self, *sources: Source) -> None:
+        """Add sources, asked in this order; each tells the bound when its instant may have moved."""
+        for s in sources:
+            s.bound_changed = self.changed
+            self._sources.append(s.next_touch_at)
 
     def start(self) -> None:
         self.on = self.enabled

@@ -1,66 +1,54 @@
 """A merge's phases (listed in sim.training) as fabric jobs on the fleet's resources: sizes and
 bandwidths decide how long each takes, the interference weights (models.training.interference, or the
-scenario's own) how hard its holds press on serving, and the topology how flows are routed.
+scenario's own: models.spec.run.MergeSpec) how hard its holds press on serving, and the topology how flows are routed.
 Which GPU training work runs on, and what else holds it (all-reduce kernels, checkpoint staging
 copies), is sim.gpushare's (fleet.gpu_sharing).
 """
 
 from __future__ import annotations
 
-from wadiloco.models.spec.scenario import Scenario
-from wadiloco.models.training.interference import InterferenceWeights, default_weights
+from collections.abc import Callable
+
+from wadiloco.models.spec.run import FleetSpec, MergeSpec
 from wadiloco.sim.checkpoint import Checkpointer, hold
 from wadiloco.sim.fabric import INF, Fabric, Job, Link
 from wadiloco.sim.gpushare import GpuShare
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import ring_allreduce_flows, route
 
-
-def resolve_weights(sc: Scenario) -> InterferenceWeights:
-    """The calibrated weights, with any the scenario sets in `interference:` in their place."""
-    w = default_weights()
-    o = sc.interference
-    return InterferenceWeights(
-        gpu_outer=w.gpu_outer if o.gpu_outer_weight is None else o.gpu_outer_weight,
-        gpu_stage=w.gpu_stage if o.gpu_stage_weight is None else o.gpu_stage_weight,
-        host_ckpt=w.host_ckpt if o.host_ckpt_weight is None else o.host_ckpt_weight,
-        host_stage=w.host_stage if o.host_stage_weight is None else o.host_stage_weight,
-        eager_host_s=w.eager_host_s,
-        graph_gpu_s=w.graph_gpu_s,
-        gpu_inner=w.gpu_inner if o.gpu_inner_weight is None else o.gpu_inner_weight,
-    )
-
-
 _hold = hold  # merge work that presses on a link until its phase's transfer ends
-# Bytes per parameter of a compressed pseudo-gradient (merge.compression): int8 as INTELLECT-1's
-# all-reduce (arXiv 2412.01152), 4 bits as Streaming DiLoCo's outer updates (arXiv 2501.18512);
-# per-block scales (2 bytes per 128+ values) are left out.
-COMPRESSED_BYTES = {"int8": 1.0, "int4": 0.5}
 
 
 class MergeExecutor:
     """Runs merge phases on the fleet's resources. `active` is true from the start of a phase to
-    the end of the last one; `bound_changed` tells the lookahead bound when that flips. A phase
-    moves `frac` of the model (1, or one Streaming DiLoCo fragment's share)."""
+    the end of the last one; `on_active(active)`, if set, hears when that flips (merge memory:
+    sim.build), before the lookahead bound does. A lookahead source (sim.lookahead): while merge work
+    runs, its next completion. A phase moves `frac` of the model (1, or one Streaming DiLoCo
+    fragment's share)."""
 
-    def __init__(self, env, sc: Scenario, w: InterferenceWeights, res: Resources, bound_changed, gs: GpuShare):
+    def __init__(self, env, m: MergeSpec, fleet: FleetSpec, res: Resources, gs: GpuShare):
         self.env = env
-        self.sc = sc
-        self.w = w
+        self.m, self.fleet = m, fleet
+        self.w = m.weights
         self.res = res
         self.gs = gs
-        self.bound_changed = bound_changed
+        self.bound_changed = unbound
+        self.on_active: Callable[[bool], None] | None = None
         self.active = False
-        self.ckpt = Checkpointer(env, sc, w, res, self._path, bound_changed, gs)
+        self.ckpt = Checkpointer(env, m, res, self._path, lambda: self.bound_changed(), gs)
         self.host_work = self.ckpt.host_work  # (kind, host, start, end) of merge CPU work
-        self._last = sc.merge.phases[-1] if sc.merge.phases else None
+        self._last = m.phases[-1] if m.phases else None
         self._running = 0  # phases running now (fragments of a streaming round overlap)
         self._timeouts: list[float] = []  # instants merge work of a fixed duration ends (host codec passes)
         self._jobs = {"stage": self._stage, "allreduce": self._allreduce, "outer": self._outer, "ckpt": self._ckpt}
         self._paths: dict[tuple[str, str], tuple[Link, ...]] = {}  # (src, dst) -> `_path`'s links (a static graph)
+        for f in res.fabrics:  # while merge work is on the links, its next completion bounds the engines
+            f.timer_moved = self.timer_moved
+        self._set_up = False  # the run's first all-reduce has paid merge.allreduce_setup_s
 
-    def next_work_at(self) -> float:
-        """A lookahead source. While a phase or a background save runs, merge work is on the engines'
+    def next_touch_at(self) -> float:
+        """While a phase or a background save runs, merge work is on the engines'
         links, and what it does there changes only when one of its jobs completes (a fabric's timer:
         the processes waiting for it then start, stop or release jobs at that instant) or a fixed
         duration ends (`_timeouts`): the earliest of those. Else +inf (a merge only starts after a
@@ -82,21 +70,22 @@ class MergeExecutor:
         start = self._jobs.get(phase)
         if start is None:
             raise ValueError(phase)
-        self.active = True
-        self.bound_changed()  # merge work is on the links: its completions bound the engines (next_work_at)
+        self._set_active(True)  # merge work is on the links: its completions bound the engines (next_touch_at)
         pending = [e for e in map(_event, start(frac)) if not e.triggered]
         if pending:
             yield self.env.all_of(pending)
-        self.active = phase != self._last
+        self._set_active(phase != self._last)
+
+    def _set_active(self, on: bool) -> None:
+        if on != self.active:
+            self.active = on
+            if self.on_active is not None:
+                self.on_active(on)
         self.bound_changed()
 
-    def _per_host(self, frac: float = 1.0) -> float:
-        """Parameters each host of an island holds a shard of (of the fragment being merged)."""
-        return self.sc.training.params / self.sc.fleet.hosts_per_island * frac
-
     def _stage(self, frac: float = 1.0) -> list[Job]:
-        sc, w = self.sc, self.w
-        gbits = self._per_host(frac) * sc.merge.pseudo_grad_bytes_per_param * 8 / 1e9
+        w = self.w
+        gbits = self.m.stage_gbits(frac)
         jobs = []
         for hr in self.res.hosts:
             holds = [_hold(c, w.host_stage, "stage") for c in hr.cpu_paths()] if w.host_stage > 0 else []
@@ -108,17 +97,42 @@ class MergeExecutor:
         return jobs
 
     def _allreduce(self, frac: float = 1.0) -> list:
-        m = self.sc.merge
+        m = self.m
         if m.compression != "none":
             return [self.env.process(self._compressed_allreduce(frac))]
-        return self._ring(self._per_host(frac) * m.pseudo_grad_bytes_per_param)
+        return self._ring(m.shard(frac) * m.pseudo_grad_bytes_per_param)
 
-    def _ring(self, shard_bytes: float) -> list[Job]:
+    def _ring(self, shard_bytes: float) -> list:
+        """A ring all-reduce of each host's shard: its fixed time (the ring steps' latency of every
+        call, and the set-up on the run's first all-reduce: models.network.collective), then its flows."""
+        wait = self._ring_wait()
+        if wait <= 0:
+            return self._ring_flows(shard_bytes)
+        return [self.env.process(self._waited_ring(wait, shard_bytes))]
+
+    def _ring_wait(self) -> float:
+        wait = self.m.ring_wait_s
+        if not self._set_up and self.fleet.islands > 1:
+            self._set_up = True
+            wait += self.m.allreduce_setup_s
+        return wait
+
+    def _waited_ring(self, wait: float, shard_bytes: float):
+        end = self.env.now + wait  # (the instant SimPy fires the timeout at): a bound while it runs
+        self._timeouts.append(end)
+        self.bound_changed()
+        yield self.env.timeout(wait)
+        self._timeouts.remove(end)
+        pending = [e for e in map(_event, self._ring_flows(shard_bytes)) if not e.triggered]
+        if pending:
+            yield self.env.all_of(pending)
+
+    def _ring_flows(self, shard_bytes: float) -> list[Job]:
         net = self.res.net.fabric
         with net.batch():
             flows = [
                 net.start(self._path(src, dst), gbits, 1.0, INF, ("merge", "allreduce"))
-                for src, dst, gbits in ring_allreduce_flows(self.sc.fleet, shard_bytes)
+                for src, dst, gbits in ring_allreduce_flows(self.fleet, shard_bytes)
             ]
         holds = [j for hr in self.res.hosts for j in self.gs.kernel_holds(hr, "allreduce")] if flows else []
         if holds:  # NCCL's kernels run on the outer shard's GPU until the last flow is in (sim.gpushare)
@@ -129,12 +143,12 @@ class MergeExecutor:
         """Quantise the shard, all-reduce the smaller payload, dequantise the result: two elementwise
         passes over the shard, on the GPU the outer step runs on or on the host CPU
         (`compression_on`)."""
-        m = self.sc.merge
+        m = self.m
         for step in ("quantise", "allreduce", "dequantise"):
             if step == "allreduce":
-                jobs = self._ring(self._per_host(frac) * COMPRESSED_BYTES[m.compression])
+                jobs = self._ring(m.shard(frac) * m.compressed_bytes_per_param)
             else:
-                jobs = self._codec(self._per_host(frac), step)
+                jobs = self._codec(m.shard(frac), step)
             pending = [e for e in map(_event, jobs) if not e.triggered]
             if pending:
                 yield self.env.all_of(pending)
@@ -143,7 +157,7 @@ class MergeExecutor:
         """One elementwise pass over each host's shard: a GPU job of the outer step's weight (a
         memory-bound kernel like it), or CPU work that presses on the host's CPU paths for
         `elements / compress_host_elements_per_s` seconds."""
-        m, w, jobs = self.sc.merge, self.w, []
+        m, w, jobs = self.m, self.w, []
         for k, hr in enumerate(self.res.hosts):
             if m.compression_on == "gpu":
                 gpu = self._outer_gpu(hr)
@@ -168,7 +182,7 @@ class MergeExecutor:
         return self.gs.outer_gpu(hr)
 
     def _outer(self, frac: float = 1.0) -> list[Job]:
-        work = self._per_host(frac) / self.sc.merge.outer_elements_per_s
+        work = self.m.shard(frac) / self.m.outer_elements_per_s
         jobs = []
         for hr in self.res.hosts:
             gpu = self._outer_gpu(hr)
@@ -178,7 +192,7 @@ class MergeExecutor:
     def _ckpt(self, frac: float = 1.0) -> list:
         """The `ckpt` phase (sim.checkpoint). Under fleet.gpu_sharing timeslice/mps a synchronous
         checkpoint first stages every host's shard device-to-host (an async one stages anyway)."""
-        if self.gs.steps_hold and self.sc.merge.checkpoint_mode == "sync":
+        if self.gs.steps_hold and self.m.checkpoint_mode == "sync":
             return [self.env.process(self._staged_ckpt(frac))]
         return self.ckpt.phase(frac)
 
@@ -188,7 +202,7 @@ class MergeExecutor:
         copies = []
         for hr in self.res.hosts:
             holds = self.gs.kernel_holds(hr, "ckpt_stage")
-            j = hr.pcie.fabric.start([hr.pcie], self.ckpt._gbits(frac), 1.0, INF, ("merge", "ckpt_stage"))
+            j = hr.pcie.fabric.start([hr.pcie], self.m.ckpt_gbits(frac), 1.0, INF, ("merge", "ckpt_stage"))
             j.done.callbacks.append(lambda _e, hs=holds: Fabric.release(hs))
             copies.append(j.done)
         pending = [e for e in copies if not e.triggered]
@@ -205,9 +219,7 @@ class MergeExecutor:
         p x offset inner steps (at the mean step time) after the round starts, while the islands
         keep stepping: its synchronisation overlaps inner steps, there is no barrier. The round's
         phase times in `rec.phases` are fragment 0's."""
-        m = self.sc.merge
-        p_n = m.fragments
-        offset = m.fragment_offset_steps if m.fragment_offset_steps is not None else m.h_min // p_n
+        p_n, offset = self.m.fragments, self.m.fragment_offset_steps
         t0 = self.env.now
         self._starts = [t0 + p * offset * step_time_s for p in range(p_n)]  # none has started yet
         self._next_fragment = t0
@@ -223,7 +235,7 @@ class MergeExecutor:
         self._running += 1
         for phase in phases:
             t0 = self.env.now
-            yield from self.run_phase(phase, 1.0 / self.sc.merge.fragments)
+            yield from self.run_phase(phase, 1.0 / self.m.fragments)
             if p == 0:
                 rec.phases[phase] = (t0, self.env.now)
         self._running -= 1

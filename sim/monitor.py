@@ -6,7 +6,7 @@ Observation is built from those rows (pressures over `monitor.pressure_window_s`
 present state and the training run's progress: past and present only, never the workload ahead.
 It reads the sidecars through their public queries (`t_arr`, `queue_len`, `running`, `clock`).
 
-Lazy samples (issue 16): an engine's queue and batch at an instant t follow from its per-request
+Lazy samples: an engine's queue and batch at an instant t follow from its per-request
 times when it is open-loop, unrouted and has no KV pool (admission is then FCFS, once per request):
 queue = arrived by t - admitted by t, batch = admitted by t - finished by t. Such a fleet's samples
 take those columns from the request arrays when they are read (`observe`, `timeline`), so the
@@ -27,9 +27,10 @@ from wadiloco.models.engine._fast import NO_GATE
 from wadiloco.models.engine.kv import never_rejects
 from wadiloco.models.policies.base import LearnerSignals, Observation
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.spec.run import MonitorSpec
 from wadiloco.models.training.progress import ProgressModel
 from wadiloco.sim.engine import Sidecar
+from wadiloco.sim.lookahead import unbound
 from wadiloco.sim.resources import Resources
 from wadiloco.sim.training import TrainingView
 
@@ -72,7 +73,7 @@ class Monitor:
     def __init__(
         self,
         env,
-        sc: Scenario,
+        spec: MonitorSpec,
         sidecars: list[Sidecar],
         res: Resources,
         training: TrainingView,
@@ -80,15 +81,15 @@ class Monitor:
         *,
         capacity_rps: float | None,
         merging: Callable[[], bool],
-        bound_changed: Callable[[], None],
         check: bool,
     ):
-        self.env, self.sc, self.sidecars, self.res = env, sc, sidecars, res
+        self.env, self.spec, self.sidecars, self.res = env, spec, sidecars, res
         self.training, self.progress = training, progress
         self.capacity_rps = capacity_rps  # per sidecar; None for a trace replayed without `load`
-        self.merging, self.bound_changed, self.check = merging, bound_changed, check
-        self.bin_s = sc.monitor.sample_s
-        self.end = sc.horizon_s + sc.drain_s
+        self.merging, self.check = merging, check
+        self.bound_changed = unbound
+        self.bin_s = spec.sample_s
+        self.end = spec.end_s
         self.tl: dict[str, list[float]] = {k: [] for k in KEYS}
         self.counts = np.zeros(int(self.end / self.bin_s) + 2)  # arrivals per bin, the first n_bins filled
         self.n_bins = 0
@@ -97,7 +98,7 @@ class Monitor:
         self._filled = 0  # rows whose engine columns (arrivals, queue, running) are in (lazy)
         self._cursors = [(0, 0, 0)] * len(sidecars)  # per sidecar (lazy): arrived, admitted, finished before it
         # observe(): figures that change only when the monitor adds a bin, or on a merge, are cached
-        self._win_n = max(1, int(round(sc.monitor.pressure_window_s / self.bin_s)))
+        self._win_n = max(1, int(round(spec.pressure_window_s / self.bin_s)))
         self._press_key = -1  # number of monitor bins the cached pressures were computed from
         self._press: tuple[float, float, float] = (0.0, 0.0, 0.0)  # p_net, p_srv, p_ckpt
         self._sig_key: float | None = None  # progress.merged_tokens the cached learner signals assume
@@ -108,8 +109,8 @@ class Monitor:
     def start(self) -> None:
         self.env.process(self._run())
 
-    def next_sample_at(self) -> float:
-        """A lookahead source: when the monitor next reads the engines and the links."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead): when the monitor next reads the engines and the links."""
         return self._next
 
     def timeline(self) -> dict[str, np.ndarray]:
@@ -264,15 +265,15 @@ class Monitor:
         if key != self._dur_key:
             self._dur_key = key
             self._dur_mean = float(np.mean([m.duration for m in done])) if done else 0.0
-        sc = self.sc
+        spec = self.spec
         return Observation(
             now=now,
             step=step,
             last_merge_step=self.training.last_merge_step,
             merges=len(done),
-            h_min=sc.merge.h_min,
-            h_max=sc.merge.h_max,
-            step_time_s=sc.training.step_time_s,
+            h_min=spec.h_min,
+            h_max=spec.h_max,
+            step_time_s=spec.step_time_s,
             learners=self._signals(),
             p_net=p_net,
             p_srv=p_srv,
@@ -303,7 +304,7 @@ class Monitor:
         # without `load`; then only (b) counts) and (b) the mean occupancy, (waiting + in batch)
         # over the fleet's batch slots (max_num_seqs per sidecar), sampled by the monitor.
         cap_total = (self.capacity_rps or 0.0) * len(self.sidecars)
-        slots = max(1, self.sc.engine.max_num_seqs * len(self.sidecars))
+        slots = max(1, self.spec.max_num_seqs * len(self.sidecars))
         occ = [(q + r) / slots for q, r in zip(tl["queue"][-n:], tl["running"][-n:])]
         p_srv = min(1.0, max(rate / cap_total if cap_total > 0 else 0.0, float(sum(occ) / len(occ)) if occ else 0.0))
         self._press = (min(1.0, self._window_mean("p_net")), p_srv, min(1.0, self._window_mean("p_ckpt")))
@@ -327,7 +328,7 @@ class Monitor:
             s = cache.get(stale)
             if s is None:
                 s = cache[stale] = LearnerSignals(
-                    progress.dloss_if_merged(stale) / n_isl, stale * self.sc.training.tokens_per_step, stale
+                    progress.dloss_if_merged(stale) / n_isl, stale * self.spec.tokens_per_step, stale
                 )
             signals.append(s)
         return tuple(signals)

@@ -1,4 +1,4 @@
-"""Interference probe: the simulated twin of ../shared/calibration/measure_gpu_interference.py.
+"""Interference probe: the simulated twin of the H200 calibration's interference measurement (docs/sources.md).
 
 One host, one sidecar with a fixed workload (decode B=64 at context 1024, or back-to-back
 2048-token prefills), stepping one iteration at a time. A merge phase (the fleet's own
@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from wadiloco.models.engine.latency import load_calibration
-from wadiloco.models.spec.load import Resolved, from_dict
+from wadiloco.models.spec.resolve import from_dict
+from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.fleet import Fleet
 
@@ -47,7 +48,7 @@ def _arrivals(kind: str) -> Arrivals:
     return Arrivals(np.zeros(n), np.full(n, 2048, dtype=np.int64), np.ones(n, dtype=np.int64))
 
 
-def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1.0e9) -> Resolved:
+def probe_scenario(mode: str, unlimited: tuple[str, ...] = (), params: float = 1.0e9) -> RunSpec:
     graphs, kind = MODES[mode]
     return from_dict(
         {

@@ -2,7 +2,7 @@
 
 Each host's GPUs, CPU paths and PCIe are their own fabrics (no job crosses two of them); the
 network is one fabric over the topology graph (sim.topology) plus checkpoint serialisation.
-A resource the scenario names in `fleet.unlimited` gets infinite capacity.
+A resource the scenario names in `fleet.unlimited` has infinite capacity (models.spec.run.FleetSpec).
 
 CPU work (serialisation, compression) goes through `HostRes.cpu.work(core_s, threads, press)`
 (sim.host): core-seconds over threads on the host's cores, pressing on the engines' CPU paths.
@@ -10,7 +10,7 @@ CPU work (serialisation, compression) goes through `HostRes.cpu.work(core_s, thr
 
 from __future__ import annotations
 
-from wadiloco.models.spec.scenario import Scenario
+from wadiloco.models.spec.run import FleetSpec
 from wadiloco.sim.fabric import INF, Fabric, Link
 from wadiloco.sim.host import HostCpu
 from wadiloco.sim.topology import build_graph, host_node
@@ -23,23 +23,20 @@ class HostRes:
     with frontend work one more for its API server; host-wide merge work (staging, checkpoint
     serialisation) presses on every one of these CPU paths."""
 
-    def __init__(self, env, name: str, n_sidecars: int, sc: Scenario, check: bool, seed: int = 0):
-        unl = set(sc.fleet.unlimited)
-        gpu_cap = INF if "gpu" in unl else 1.0
+    def __init__(self, env, name: str, n_sidecars: int, fleet: FleetSpec, check: bool, seed: int = 0):
         self.name = name
 
         def own(res: str, cap: float):
             return Fabric(env, f"{name}/{res}", check).link(res, cap)
 
-        self.gpus = [own(f"gpu{j}", gpu_cap) for j in range(n_sidecars)]
-        self.learner_gpu = own("learner_gpu", gpu_cap)
-        self.cpus = [own(f"cpu{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)]
+        gpu, cpu = fleet.gpu_capacity, fleet.cpu_capacity
+        self.gpus = [own(f"gpu{j}", gpu) for j in range(n_sidecars)]
+        self.learner_gpu = own("learner_gpu", gpu)
+        self.cpus = [own(f"cpu{j}", cpu) for j in range(n_sidecars)]
         # The API server's CPU path per sidecar, only for an engine that has frontend work.
-        e = sc.engine
-        front = e.frontend_per_request_s > 0 or e.frontend_per_token_s > 0
-        self.fronts = [own(f"front{j}", INF if "host" in unl else 1.0) for j in range(n_sidecars)] if front else []
-        self.pcie = own("pcie", INF if "pcie" in unl else sc.merge.pcie_gbps)
-        self.cpu = HostCpu(env, name, sc, self.cpu_paths(), n_sidecars, check, seed)
+        self.fronts = [own(f"front{j}", cpu) for j in range(n_sidecars)] if fleet.frontends else []
+        self.pcie = own("pcie", fleet.pcie_gbps)
+        self.cpu = HostCpu(env, name, fleet, self.cpu_paths(), n_sidecars, check, seed)
 
     def cpu_paths(self) -> list[Link]:
         """Every CPU path host-wide merge work presses on: the engines' and the frontends'."""
@@ -53,18 +50,17 @@ class Network:
     """One link per directed topology edge (NICs, island uplinks, the store's write path), one per
     switch backplane, and one per host for checkpoint serialisation, all in one fabric."""
 
-    def __init__(self, env, sc: Scenario, hosts: list[HostRes], check: bool):
+    def __init__(self, env, fleet: FleetSpec, hosts: list[HostRes], check: bool):
         self.fabric = net = Fabric(env, "net", check)
-        self.graph = build_graph(sc.fleet, sc.merge.checkpoint_gbps)
+        self.graph = build_graph(fleet)
         self.edge_links = {(u, v): net.link(f"{u}->{v}", d["capacity"]) for u, v, d in self.graph.edges(data=True)}
         self.backplanes = {
             n: net.link(f"{n}/backplane", d["backplane_gbps"])
             for n, d in self.graph.nodes(data=True)
             if d.get("kind") == "switch"
         }
-        m = sc.merge  # a host's serialisers: threads x the per-thread rate (sim.merge._ckpt_host)
-        ser = INF if "storage" in sc.fleet.unlimited else m.serialize_gbps * m.serialize_threads
-        self.serialize = [net.link(f"{hr.name}/serialize", ser) for hr in hosts]
+        # a host's serialisers: threads x the per-thread rate (sim.checkpoint)
+        self.serialize = [net.link(f"{hr.name}/serialize", fleet.serialize_gbps) for hr in hosts]
 
     def edges_of_kind(self, *kinds: str) -> list[Link]:
         """The links of the topology edges of these kinds ("nic", "wan", "storage")."""
@@ -72,14 +68,13 @@ class Network:
 
 
 class Resources:
-    def __init__(self, env, sc: Scenario, check: bool, seed: int = 0):
-        fc = sc.fleet
+    def __init__(self, env, fleet: FleetSpec, check: bool, seed: int = 0):
         self.hosts = [
-            HostRes(env, host_node(i, h), fc.sidecars_per_host, sc, check, seed)
-            for i in range(fc.islands)
-            for h in range(fc.hosts_per_island)
+            HostRes(env, host_node(i, h), fleet.sidecars_per_host, fleet, check, seed)
+            for i in range(fleet.islands)
+            for h in range(fleet.hosts_per_island)
         ]
-        self.net = Network(env, sc, self.hosts, check)
+        self.net = Network(env, fleet, self.hosts, check)
         self.links = [lk for hr in self.hosts for lk in hr.links()] + list(self.net.fabric.links.values())
         self.fabrics = list({id(lk.fabric): lk.fabric for lk in self.links}.values())
 
@@ -92,9 +87,19 @@ class Resources:
                 t = f.next_at
         return t
 
-    def next_preemption_at(self) -> float:
-        """A lookahead source (with fleet.host_cores): the next preemption switch on any host."""
+    def next_touch_at(self) -> float:
+        """A lookahead source (sim.lookahead; with fleet.host_cores): the next preemption switch on any host."""
         return min((hr.cpu.next_switch_at() for hr in self.hosts), default=INF)
+
+    @property
+    def bound_changed(self):
+        return self.hosts[0].cpu.bound_changed if self.hosts else None
+
+    @bound_changed.setter
+    def bound_changed(self, changed) -> None:
+        """The hosts' preempters tell the bound when their next switch moves."""
+        for hr in self.hosts:
+            hr.cpu.bound_changed = changed
 
     def peak_load(self) -> float:
         """The largest allocated rate over capacity any link has seen (at most 1: an invariant)."""

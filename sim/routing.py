@@ -15,11 +15,12 @@ import math
 
 import numpy as np
 
-from wadiloco.models.errors import InputError
+from wadiloco.models.results.run import NoExtra
 from wadiloco.models.rng import stream
-from wadiloco.models.routers import ROUTERS, parse_router
+from wadiloco.models.spec.run import RouterSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.engine import Sidecar, delay_to
+from wadiloco.sim.lookahead import unbound
 
 INF = math.inf
 MERGE_TAGS = ("merge", "hold")  # jobs sim/merge.py puts on the links (a co-tenant's are "cotenant")
@@ -34,16 +35,16 @@ class View:
         self.now = 0.0
 
     def outstanding(self, s: int) -> int:
-        sc = self.sidecars[s]
-        return sc.queue_len(self.now) + sc.running()
+        sd = self.sidecars[s]
+        return sd.queue_len(self.now) + sd.running()
 
     def kv_free(self, s: int) -> float:
         kv = self.sidecars[s].core.kv
         return INF if kv is None else kv.cap - kv.used
 
     def pressing(self, s: int) -> bool:
-        sc = self.sidecars[s]
-        return any(j.tag[0] in MERGE_TAGS for link in (sc.gpu, sc.host) for j in link.jobs)
+        sd = self.sidecars[s]
+        return any(j.tag[0] in MERGE_TAGS for link in (sd.gpu, sd.host) for j in link.jobs)
 
 
 def prefix_key(hashes) -> int:
@@ -52,18 +53,13 @@ def prefix_key(hashes) -> int:
     return int(hashes[0]) if hashes else -1
 
 
-def is_routed(sc) -> bool:
-    """Whether a router process runs (an unknown name: make_router reports it)."""
-    cls = ROUTERS.get(sc.router.name)
-    return cls is None or not cls.static
-
-
-class RouterProc:
+class RouterProc(NoExtra):
     """Routes the fleet's arrivals one instant at a time; `until` is the next instant (the engines'
-    gate and a lookahead source: `next_at`), `routed` how many went to each sidecar."""
+    gate and a lookahead source: `next_touch_at`), `routed` how many went to each sidecar."""
 
-    def __init__(self, env, router, sidecars: list[Sidecar], arrivals: list[Arrivals], bound_changed):
-        self.env, self.router, self.sidecars, self.bound_changed = env, router, sidecars, bound_changed
+    def __init__(self, env, router, sidecars: list[Sidecar], arrivals: list[Arrivals]):
+        self.env, self.router, self.sidecars = env, router, sidecars
+        self.bound_changed = unbound
         t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
         order = np.argsort(t, kind="stable")
         self.t = t[order].tolist()
@@ -80,7 +76,7 @@ class RouterProc:
             s.core.slow = True  # its booking refreshes the request count the router grows
         env.process(self._run())
 
-    def next_at(self) -> float:
+    def next_touch_at(self) -> float:
         return self.until
 
     def _run(self):
@@ -100,8 +96,11 @@ class RouterProc:
             self.until = t[j] if j < n else INF
             self.bound_changed()
 
-    def summary(self) -> dict:
-        return {"name": self.router.name, "params": self.router.p.model_dump(mode="json"), "routed": self.routed}
+    def summary(self, req, merges) -> dict:
+        """Its block of the run's summary (models.results.run Extra): the router and how many it routed where."""
+        return {
+            "router": {"name": self.router.name, "params": self.router.p.model_dump(mode="json"), "routed": self.routed}
+        }
 
     def delivered(self) -> list[Arrivals]:
         """Each sidecar's requests as routed (what its rows of the request table are), and the
@@ -115,29 +114,17 @@ class RouterProc:
         return out
 
 
-def routed_inputs(sc, arrivals: list[Arrivals]) -> list[Arrivals]:
+def routed_inputs(router: RouterSpec, arrivals: list[Arrivals]) -> list[Arrivals]:
     """What each engine starts with: the dealt arrivals, or (a router routes them) nothing."""
-    if not is_routed(sc):
+    if not router.routed:
         return arrivals
     empty = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
     return [empty] * len(arrivals)
 
 
-def make_router(sc, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals], bound, clients=None):
-    """The run's router process, or None for `static` (the engines keep the dealt arrivals); it is a
-    source of the lookahead `bound` (sim.lookahead.LookaheadBound)."""
-    if not is_routed(sc):
+def make_router(router: RouterSpec, seed: int, env, sidecars: list[Sidecar], arrivals: list[Arrivals]):
+    """The run's router process, or None for `static` (the engines keep the dealt arrivals); a
+    lookahead source (sim.lookahead)."""
+    if not router.routed:
         return None
-    if clients is not None:
-        raise InputError(
-            sc.source,
-            "router.name",
-            f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
-            "client sends its next requests when its own earlier ones finish there (models.workload.clients), so "
-            "the requests are tied to that sidecar; use router.name: static",
-        )
-    cls, params = parse_router(sc.router.name, sc.router.params, sc.source)
-    router = cls(params, stream(seed, "router", sc.router.name))
-    proc = RouterProc(env, router, sidecars, arrivals, bound.changed)
-    bound.watch(proc.next_at)
-    return proc
+    return RouterProc(env, router.cls(router.params, stream(seed, "router", router.name)), sidecars, arrivals)

@@ -3,7 +3,8 @@
 Nodes: `host:i.h` (one NIC each), `switch:i` (an island's switch), `wan` (the inter-island core),
 `store` (checkpoint storage, reached from the WAN core). Edges are directed (links are full
 duplex) and carry a capacity in Gb/s: NIC = nic_gbps, switch backplane, island uplink =
-interisland_gbps * wan_efficiency. Each edge becomes one `Link` in the network fabric, so flows
+interisland_gbps * wan_efficiency (`auto`: the share a socket ring all-reduce gets of a link at
+that rate, models.network.collective). Each edge becomes one `Link` in the network fabric, so flows
 that share an edge share its bandwidth.
 
 All-reduce of the pseudo-gradient across islands is a ring: host h of island i sends its shard's
@@ -13,26 +14,22 @@ i+1. With n islands of k hosts, k*n flows run at once and each island uplink car
 
 from __future__ import annotations
 
-import math
-
 import networkx as nx
 
-from wadiloco.models.spec.scenario import FleetConfig
+from wadiloco.models.spec.run import FleetSpec
 
 
 def host_node(island: int, h: int) -> str:
     return f"host:{island}.{h}"
 
 
-def build_graph(fleet: FleetConfig, store_gbps: float) -> nx.DiGraph:
+def build_graph(fleet: FleetSpec) -> nx.DiGraph:
+    """The topology with its capacities (already +inf where fleet.unlimited names them: models.spec.run)."""
     g = nx.DiGraph()
-    unl = set(fleet.unlimited)
-    nic = math.inf if "nic" in unl else fleet.nic_gbps
-    sw = math.inf if "links" in unl else fleet.switch_gbps
-    wan = math.inf if "links" in unl else fleet.interisland_gbps * fleet.wan_efficiency
+    nic, sw, wan = fleet.nic_gbps, fleet.switch_gbps, fleet.wan_gbps
     g.add_node("wan", kind="core")
     g.add_node("store", kind="storage")
-    g.add_edge("wan", "store", capacity=math.inf if "storage" in unl else store_gbps, kind="storage")
+    g.add_edge("wan", "store", capacity=fleet.store_gbps, kind="storage")
     for i in range(fleet.islands):
         s = f"switch:{i}"
         g.add_node(s, kind="switch", island=i)
@@ -55,7 +52,7 @@ def route(g: nx.DiGraph, src: str, dst: str) -> list[tuple[str, str]]:
     return list(zip(path[:-1], path[1:]))
 
 
-def ring_allreduce_flows(fleet: FleetConfig, shard_bytes: float) -> list[tuple[str, str, float]]:
+def ring_allreduce_flows(fleet: FleetSpec, shard_bytes: float) -> list[tuple[str, str, float]]:
     """(src, dst, gigabits) for every flow of one ring all-reduce across islands."""
     n = fleet.islands
     if n < 2:

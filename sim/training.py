@@ -31,7 +31,8 @@ from simpy.core import NORMAL
 
 from wadiloco.models.policies.base import NEVER
 from wadiloco.models.rng import stream
-from wadiloco.models.spec.scenario import MERGE_PHASES, TrainingConfig
+from wadiloco.models.spec.run import TrainingSpec
+from wadiloco.sim.lookahead import unbound
 
 INF = float("inf")
 
@@ -44,9 +45,6 @@ def wake_at(env: simpy.Environment, t: float) -> simpy.Event:
     ev._ok, ev._value = True, None
     heappush(env._queue, (t, NORMAL, next(env._eid), ev))
     return ev
-
-
-PHASES = MERGE_PHASES  # a scenario runs these, or the subset `merge.phases` names (none: instantaneous)
 
 
 @dataclass
@@ -66,23 +64,19 @@ class MergeRecord:
 class Trainer:
     """The islands and the coordinator. It is handed what it calls, not the fleet: `decide(step)`
     asks the policy whether to merge at `step`; `run_phase(phase)` runs one merge phase (a SimPy
-    generator); `bound_changed()` says the next decision instant may have moved (the lookahead
-    bound); `merged(steps)` banks a merge that closed `steps` inner steps (the progress model).
-    Observers read it through `view`."""
+    generator); `merged(steps)` banks a merge that closed `steps` inner steps (the progress model).
+    A lookahead source (sim.lookahead): its next decision and, with `computing`, the next instant an
+    island may stop. Observers read it through `view`."""
 
     def __init__(
         self,
         env: simpy.Environment,
-        training: TrainingConfig,
-        n_islands: int,
-        horizon_s: float,
+        spec: TrainingSpec,
         seed: int,
         *,
         decide: Callable[[int], bool],
         run_phase: Callable[[str], Generator],
-        bound_changed: Callable[[], None],
         merged: Callable[[int], None],
-        phases: Sequence[str] = PHASES,
         stream_round: Callable[[MergeRecord], Generator] | None = None,
         computing: Callable[[int, bool], None] | None = None,
         plan: Callable[[int, int], int] | None = None,
@@ -98,19 +92,18 @@ class Trainer:
         # computing(i, on): island i starts stepping (on) or stops, at a merge barrier or the horizon
         # (sim.gpushare: its inner steps hold the GPU and its learner threads run meanwhile).
         self.computing = computing
-        self.phases = tuple(phases)
+        self.phases = spec.phases
         # Streaming DiLoCo (sim.merge.MergeExecutor.stream_round): a merge is a round of fragment
         # syncs that overlap inner steps; no barrier, and the policy is not asked while one runs.
         self.stream = stream_round
         self._streaming = False
-        self.decide = decide
-        self.run_phase = run_phase
-        self.bound_changed = bound_changed
-        self.merged = merged
-        self.horizon = horizon_s
-        self.n_islands = n_islands
-        self.step_time = training.step_time_s
-        self.jitter = training.step_jitter
+        self.decide, self.run_phase, self.merged = decide, run_phase, merged
+        self.bound_changed = unbound
+        # what the lookahead bound asks: with `computing`, islands stopping at the horizon release the GPU
+        self.next_touch_at = self.next_decision_at if computing is None else self._next_decision_or_stop
+        self.horizon, self.n_islands = spec.horizon_s, spec.islands
+        n_islands = spec.islands
+        self.step_time, self.jitter = spec.step_time_s, spec.step_jitter
         self.island_step = [0] * n_islands
         self.decided = 0
         self.merge_at = -1
@@ -154,6 +147,13 @@ class Trainer:
                 t = t if t >= h else h
                 best = t if t < best else best
         return best
+
+    def _next_decision_or_stop(self) -> float:
+        t = self.next_decision_at()
+        if t == -INF:
+            return t
+        s = self.next_stop_at()
+        return s if s < t else t
 
     def completed_merges(self) -> list[MergeRecord]:
         return [m for m in self.merges if m.end > 0]
@@ -357,6 +357,13 @@ class TrainingView:
     @property
     def last_merge_step(self) -> int:
         return self._trainer.last_merge_step
+
+    def _next_decision_or_stop(self) -> float:
+        t = self.next_decision_at()
+        if t == -INF:
+            return t
+        s = self.next_stop_at()
+        return s if s < t else t
 
     def completed_merges(self) -> list[MergeRecord]:
         return self._trainer.completed_merges()

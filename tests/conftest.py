@@ -13,6 +13,11 @@ import yaml
 # including those in xdist workers, sweep worker processes and CLI subprocesses, which inherit this.
 # WADILOCO_CHECK_INVARIANTS=0 in the environment turns that off.
 os.environ.setdefault("WADILOCO_CHECK_INVARIANTS", "1")
+# Fitted engine profiles (models.engine.profiles) are cached in a folder of this test run, not the user's.
+if "WADILOCO_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["WADILOCO_CACHE_DIR"] = tempfile.mkdtemp(prefix="wadiloco-test-cache-")
 
 
 def pytest_addoption(parser):

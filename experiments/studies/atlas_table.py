@@ -1,7 +1,7 @@
-"""The mechanism atlas: when is a merge safe, and which resource decides it (issue 15 item 5).
+"""The mechanism atlas: when is a merge safe, and which resource decides it.
 
     wadiloco sweep experiments/atlas.yaml --out DIR --workers 2
-    python -m wadiloco.experiments.studies.atlas_table DIR [--capacity] [--readme README.md] [--figure PATH]
+    python -m wadiloco.experiments.studies.atlas_table DIR [--capacity] [--doc docs/atlas.md] [--figure PATH]
 
 DIR is the sweep's output folder. Its regimes are named `DESIGN__MITIGATION__REGIME` (a cell), and
 `DESIGN__none__REGIME__unl-RESOURCE` (the same cell with `fleet.unlimited: [RESOURCE]`: the control
@@ -18,9 +18,9 @@ summary.csv and runs.csv:
 - capacity cost at 90% SLO attainment: 1 - wa_diloco's largest load over no_sync's, from
   `--capacity` (a bisection per seed, experiments.capacity; written to DIR/atlas_capacity.json and
   read back from there), for the cells of the regime `CAPACITY["regime"]` (bursty).
-`--readme` replaces the text between `<!-- atlas:start -->` and `<!-- atlas:end -->` with the section
-"When is a merge safe?": the heatmap (seaborn; PNG next to the README, `--figure`), one paragraph
-per design naming the deciding resource with its unlimited-resource control, and the table.
+`--doc` replaces the text between `<!-- atlas:start -->` and `<!-- atlas:end -->` in that page with
+the section "When is a merge safe?": the heatmap (seaborn; a PNG beside the page, or `--figure`), one
+paragraph per design naming the deciding resource with its unlimited-resource control, and the table.
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ INTRO = (
     "load at 90% SLO attainment over no_sync's (bisection to 0.05 of a sidecar's capacity, 2 seeds, bursty cells "
     "only; the interval holds the bisection's bracket). Regenerate: "
     "`wadiloco sweep experiments/atlas.yaml --out DIR --workers 2`, then "
-    "`python -m wadiloco.experiments.studies.atlas_table DIR --capacity --readme README.md`."
+    "`python -m wadiloco.experiments.studies.atlas_table DIR --capacity --doc docs/atlas.md`."
 )
 
 
@@ -398,7 +398,7 @@ def render(recs: list[dict[str, Any]], figure: str | None, meta: dict[str, Any] 
     return "\n".join(lines)
 
 
-def update_readme(path: str | Path, text: str) -> None:
+def update_page(path: str | Path, text: str) -> None:
     from wadiloco.experiments.output import replace_section
 
     replace_section(path, START, END, text)
@@ -411,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m wadiloco.experiments.studies.atlas_table", description=__doc__.split("\n")[0]
     )
     ap.add_argument("out_dir", help="the output folder of `wadiloco sweep experiments/atlas.yaml`")
-    ap.add_argument("--readme", help="replace the text between the atlas markers in this file")
-    ap.add_argument("--figure", help="where the heatmap goes (default with --readme: docs/atlas.png beside it)")
+    ap.add_argument("--doc", help="replace the text between the atlas markers in this Markdown page")
+    ap.add_argument("--figure", help="where the heatmap goes (default with --doc: atlas.png beside the page)")
     ap.add_argument("--capacity", action="store_true", help="run the capacity searches first (DIR/atlas_capacity.json)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes for --capacity")
     ap.add_argument("--json", action="store_true", help="print the cells as JSON instead of Markdown")
@@ -421,19 +421,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.capacity:
             run_capacity(args.out_dir, args.workers)
         recs = cells(args.out_dir)
-        fig = (
-            Path(args.figure)
-            if args.figure
-            else (Path(args.readme).parent / "docs" / "atlas.png" if args.readme else None)
-        )
+        fig = Path(args.figure) if args.figure else (Path(args.doc).parent / "atlas.png" if args.doc else None)
         link = None
         if fig is not None:
             heatmap(recs, fig)
-            base = Path(args.readme).resolve().parent if args.readme else Path.cwd()
+            base = Path(args.doc).resolve().parent if args.doc else Path.cwd()
             link = Path(*_rel(fig.resolve(), base)).as_posix()
         text = render(recs, link, facts(args.out_dir))
-        if args.readme:
-            update_readme(args.readme, text)
+        if args.doc:
+            update_page(args.doc, text)
     except (ValueError, OSError, InputError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
@@ -442,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rel(target: Path, base: Path) -> tuple[str, ...]:
-    """target's path relative to base, with `..` where needed (a README links its figure)."""
+    """target's path relative to base, with `..` where needed (a page links its figure)."""
     import os
 
     return tuple(Path(os.path.relpath(target, base)).parts)

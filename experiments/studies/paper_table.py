@@ -1,12 +1,12 @@
 """The paper-reproduction table: a sweep's summary.csv, per regime, beside the paper's findings.
 
-    python -m wadiloco.experiments.studies.paper_table OUT_DIR [--readme README.md] [--full-verdicts]
+    python -m wadiloco.experiments.studies.paper_table OUT_DIR [--doc docs/paper_study.md] [--full-verdicts]
 
 OUT_DIR is the output folder of `wadiloco sweep experiments/paper.yaml --out OUT_DIR` (or of
-paper_quick.yaml). The table is printed as Markdown; with `--readme` it also replaces the text
-between the markers `<!-- paper-table:start -->` and `<!-- paper-table:end -->` in that file
-(the markers stay; nothing else in the file changes), so the README's table is regenerated from
-the sweep's output, never typed by hand.
+paper_quick.yaml). The table is printed as Markdown; with `--doc` it also replaces the text
+between the markers `<!-- paper-table:start -->` and `<!-- paper-table:end -->` in that page
+(the markers stay; nothing else in the file changes), so the paper study's table is regenerated
+from the sweep's output, never typed by hand.
 
 Columns per policy: merges per run; sync-excess SLO violation (policy minus no_sync on the same
 seed) in percentage points with its bootstrap CI (or why there is none: "all zero", "no variance
@@ -65,7 +65,7 @@ REQUIRED = [
 
 # ---- what the paper reports -----------------------------------------------------------------
 # Source: Twelftree, Lemphers, He, Yang (2026), "Not Every Sync Is Safe: Calibrated DiLoCo Scheduling
-# for Shared AI Infrastructure" (CC BY 4.0), as restated in ../shared/SPEC.md section 1 ("Its
+# for Shared AI Infrastructure" (CC BY 4.0), as restated in docs/sources.md, the paper ("Its
 # findings" table). The paper's percentages are sync-excess SLO-violation rates (violations with
 # merges minus the same run without merges). These are the paper's numbers, shown for comparison
 # only; nothing in the simulator is fitted to them.
@@ -349,7 +349,7 @@ def _policy_row(row: dict, regime: str, draws: dict[str, int], full: bool) -> li
     ]
 
 
-def update_readme(path: str | Path, table: str) -> None:
+def update_page(path: str | Path, table: str) -> None:
     from wadiloco.experiments.output import replace_section
 
     replace_section(path, START, END, table)
@@ -362,19 +362,19 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m wadiloco.experiments.studies.paper_table", description=__doc__.split("\n")[0]
     )
     ap.add_argument("out_dir", help="a sweep's output folder (with summary.csv)")
-    ap.add_argument("--readme", help="replace the text between the paper-table markers in this file")
+    ap.add_argument("--doc", help="replace the text between the paper-table markers in this Markdown page")
     ap.add_argument("--full-verdicts", action="store_true", help="print the claim gate's verdicts in full")
     args = ap.parse_args(argv)
     try:
         table = render_table(args.out_dir, full_verdicts=args.full_verdicts)
-        if args.readme:
-            update_readme(args.readme, table)
+        if args.doc:
+            update_page(args.doc, table)
     except (ValueError, OSError, InputError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2
     sys.stdout.write(table)
-    if args.readme:
-        sys.stderr.write(f"updated the paper table in {args.readme}\n")
+    if args.doc:
+        sys.stderr.write(f"updated the paper table in {args.doc}\n")
     return 0
 
 

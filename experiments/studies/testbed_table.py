@@ -1,7 +1,7 @@
 """The paper's testbed, simulated: Stage 10 side by side and the Stage 11-13 predictions of a sweep.
 
     wadiloco sweep experiments/testbed.yaml --out DIR
-    python -m wadiloco.experiments.studies.testbed_table DIR [--json] [--readme README.md] [--sensitivity]
+    python -m wadiloco.experiments.studies.testbed_table DIR [--json] [--doc docs/testbed.md] [--sensitivity]
 
 DIR is the sweep's output folder. Prints Markdown (Stage 10: measured vs simulated with relative
 errors; Stages 11-13: SLO violation %, its bootstrap CI over seeds, sync-excess, sync p95 ratio and
@@ -10,7 +10,7 @@ the protocol's verdicts; the sensitivity table when DIR/sensitivity/ holds varia
 {"stage10": [{"run", "measured", "simulated"}], "predictions": {"<stage>_<regime>": {"<policy>":
 {"slo_pct", "slo_ci", "sync_excess_pct"}}}}; `--json-detail` prints everything the table shows
 (relative errors, sync p95 ratios, verdicts, the sensitivity moves).
-`--readme` replaces the text between `<!-- testbed-table:start -->` and `<!-- testbed-table:end -->`.
+`--doc` replaces the text between `<!-- testbed-table:start -->` and `<!-- testbed-table:end -->` in that page.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ FIG_NAMES = {
     "high_low_ratio": "high/low",
 }
 NOTES = {  # runs the profile's per-model iteration law does not cover, and why
-    "vllm-1p5b-medium": "not covered: the two-level model cannot explain it (paper_testbed.md 6.3)",
+    "vllm-1p5b-medium": "not covered: the two-level model cannot explain it (docs/sources.md, testbed 6)",
     "vllm-1p5b-highcon": "out of sample: the 1.5B law is fitted on the mixed targeted runs; long prompts",
 }
 
@@ -54,7 +54,7 @@ def collect(out_dir: str | Path) -> dict[str, Any]:
     return out
 
 
-# the policies each stage ran in the artifact (paper_testbed.md 4); the twin's extra no_sync baselines
+# the policies each stage ran in the artifact (docs/sources.md, testbed 4); the twin's extra no_sync baselines
 # (Stages 11 and 13) stay in --json-detail and the Markdown
 STAGE11 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "pressure_gate_matched", "random_matched", "wa_diloco")
 STAGE12 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "wa_diloco", "stage12_calibrated_replay", "no_sync")
@@ -140,7 +140,7 @@ def predictions_table(preds: dict) -> list[str]:
     return _md(header, body)
 
 
-# The paper's own Stage 12-13 figures (SLO-violation %, ../shared/SPEC.md section 1) and the twin's
+# The paper's own Stage 12-13 figures (SLO-violation %, docs/sources.md, the paper) and the twin's
 # cell each is set beside: (stage, the twin's policy, what the paper names, its figure).
 PAPER_FIGURES = [
     ("stage12_bursty", "stage12_calibrated_replay", "offline calibrated oracle", 4.45),
@@ -178,7 +178,7 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(path: str | Path, table: str) -> None:
+def update_page(path: str | Path, table: str) -> None:
     replace_section(path, START, END, table)
 
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_dir", help="the output folder of `wadiloco sweep experiments/testbed.yaml`")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     ap.add_argument("--json-detail", action="store_true", help="print every figure of the table as JSON")
-    ap.add_argument("--readme", help="replace the text between the testbed-table markers in this file")
+    ap.add_argument("--doc", help="replace the text between the testbed-table markers in this Markdown page")
     ap.add_argument("--sensitivity", action="store_true", help="run the assumption variants into DIR/sensitivity")
     ap.add_argument("--workers", type=int, default=2, help="worker processes for --sensitivity")
     args = ap.parse_args(argv)
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             ts.run_variants(args.out_dir, workers=args.workers)
         data = collect(args.out_dir)
         table = render(data)
-        if args.readme:
-            update_readme(args.readme, table)
+        if args.doc:
+            update_page(args.doc, table)
     except (ValueError, OSError, InputError) as e:
         sys.stderr.write(f"error: {e}\n")
         return 2

@@ -34,28 +34,73 @@ from wadiloco.models.spec.schema import Strict, check_finite, read_yaml, validat
 
 
 class RegimeSpec(Strict):
-    path: str = Field(min_length=1, description="scenario YAML, relative to the sweep file")
-    name: str | None = Field(None, min_length=1, description="default: the scenario's name")
-    overrides: dict[str, Any] = Field({}, description="dotted scenario fields, e.g. fleet.islands: 2")
+    """One regime of the sweep: a scenario file, optionally renamed and changed."""
+
+    path: str = Field(min_length=1, description="Scenario YAML, relative to the sweep file. Source: the sweep.")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        description="The regime's name in the results; null: the scenario's name. Source: the sweep.",
+    )
+    overrides: dict[str, Any] = Field(
+        {}, description="Dotted scenario fields for this regime, e.g. fleet.islands: 2. Source: the sweep."
+    )
 
 
 class PolicySpec(Strict):
-    name: str = Field(min_length=1)
-    params: dict[str, Any] = {}
-    label: str | None = Field(None, min_length=1, max_length=200)
-    references: list[str] | None = Field(None, min_length=1, description="labels a matched control follows")
-    draws: int = Field(1, ge=1, le=100_000, description="runs per seed (matched controls: R)")
-    role: Literal["policy", "control"] | None = Field(
-        None, description="control: a randomised comparator (default for matched_random); policy: evaluated"
+    """One arm: a policy with its parameters, or a matched control following other arms."""
+
+    name: str = Field(min_length=1, description="A registered merge policy (`wadiloco policies`). Source: the sweep.")
+    params: dict[str, Any] = Field({}, description="The policy's parameters. Source: the policy's schema.")
+    label: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The arm's name in the results (e.g. fixed_H256); null: the policy name, with its params "
+        "when a name appears twice (fixed[H=256]). Source: the sweep.",
     )
-    regimes: list[str] | None = Field(None, min_length=1, description="run only in these regimes (names)")
+    references: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="Labels of the arms a matched control follows (spends their merge budget). Source: design card "
+        "(the protocol).",
+    )
+    draws: int = Field(
+        1,
+        ge=1,
+        le=100_000,
+        description="Runs per seed; for a matched control, R, the draws of its envelope. Unit: runs. Source: "
+        "design card (the protocol).",
+    )
+    role: Literal["policy", "control"] | None = Field(
+        None,
+        description="control: a randomised comparator (the default for matched_random); policy: evaluated. Source: "
+        "design card (the protocol).",
+    )
+    regimes: list[str] | None = Field(
+        None, min_length=1, description="Run only in these regimes (names); null: all. Source: the sweep."
+    )
 
 
 class BootstrapSpec(Strict):
-    n_resamples: int = Field(9999, ge=10, le=10_000_000)
-    confidence: float = Field(0.95, gt=0, lt=1)
-    method: Literal["BCa", "percentile", "basic"] = "BCa"
-    seed: int = Field(0, ge=0, description="seed of the bootstrap resampling streams")
+    """The bootstrap confidence interval every mean carries (scipy.stats.bootstrap)."""
+
+    n_resamples: int = Field(
+        9999,
+        ge=10,
+        le=10_000_000,
+        description="Bootstrap resamples. Unit: resamples. Source: statistics (scipy's default).",
+    )
+    confidence: float = Field(
+        0.95,
+        gt=0,
+        lt=1,
+        description="Confidence level of the intervals. Unit: fraction. Source: statistics (scipy's default).",
+    )
+    method: Literal["BCa", "percentile", "basic"] = Field(
+        "BCa", description="Interval method (case-insensitive). Source: statistics (scipy's default)."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the bootstrap's resampling streams. Source: project choice.")
 
     @field_validator("method", mode="before")
     @classmethod
@@ -68,18 +113,36 @@ class BootstrapSpec(Strict):
 
 
 class GateSpec(Strict):
-    alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level after Holm correction")
-    min_p95_ratio: float = Field(1.05, ge=1, le=100, description="smallest p95 ratio that counts as transfer")
+    """The claim gate: when a placement claim is allowed (docs/model.md, section 5)."""
+
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Family-wise level of the placement tests after Holm correction. Unit: probability. Source: "
+        "statistics (the conventional level).",
+    )
+    min_p95_ratio: float = Field(
+        1.05,
+        ge=1,
+        le=100,
+        description="Smallest p95 ratio that counts as the effect transferring. Unit: ratio. Source: project choice.",
+    )
     transfer: Literal["matched", "overlap"] = Field(
         "matched",
-        description="matched: overlapping requests vs the same requests under no_sync (CRN); "
-        "overlap: overlapping vs non-overlapping requests of the same run",
+        description="matched: requests overlapping a merge vs the same requests under no_sync (common random "
+        "numbers); overlap: overlapping vs non-overlapping requests of the same run. Source: design card "
+        "(the protocol).",
     )
-    envelope: tuple[float, float] = (2.5, 97.5)
+    envelope: tuple[float, float] = Field(
+        (2.5, 97.5),
+        description="Percentiles of the matched-random envelope. Unit: percentiles. Source: design card "
+        "(the protocol).",
+    )
     transfer_alternatives: list[float] = Field(
         [1.0, 1.02, 1.1],
         max_length=20,
-        description="other min_p95_ratio values the report shows the verdicts at (1.05 is a project choice)",
+        description="Other min_p95_ratio values the report shows the verdicts at. Unit: ratio. Source: project choice.",
     )
 
     @field_validator("transfer_alternatives")
@@ -104,16 +167,37 @@ class GateSpec(Strict):
 
 
 class SweepSpec(Strict):
-    name: str = "sweep"
-    description: str = ""
-    regimes: list[RegimeSpec] = Field(min_length=1)
-    policies: list[PolicySpec] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1, max_length=100_000)
-    horizon_s: float | None = Field(None, gt=0, le=7 * 86400)
-    overrides: dict[str, Any] = {}
-    bootstrap: BootstrapSpec = BootstrapSpec()
-    gate: GateSpec = GateSpec()
-    timeline_seed: int | None = Field(None, ge=0)
+    """A sweep file: regimes x policies x seeds, run with the calibration protocol."""
+
+    name: str = Field("sweep", description="Name shown in the report. Source: the sweep.")
+    description: str = Field("", description="Free text shown in the report. Source: the sweep.")
+    regimes: list[RegimeSpec] = Field(
+        min_length=1, description="Scenario files (a path, or a mapping as below). Source: the sweep."
+    )
+    policies: list[PolicySpec] = Field(
+        min_length=1, description="The arms; no_sync is required (the load-match baseline). Source: the sweep."
+    )
+    seeds: list[int] = Field(
+        min_length=1,
+        max_length=100_000,
+        description="A count N (seeds 0..N-1) or a list of distinct seeds. Unit: seeds. Source: the sweep.",
+    )
+    horizon_s: float | None = Field(
+        None,
+        gt=0,
+        le=7 * 86400,
+        description="Every regime's horizon_s; null: each scenario's. Unit: s. Source: the sweep.",
+    )
+    overrides: dict[str, Any] = Field(
+        {}, description="Dotted scenario fields for every regime (a regime's own overrides win). Source: the sweep."
+    )
+    bootstrap: BootstrapSpec = Field(
+        BootstrapSpec(), description="The bootstrap intervals. Source: statistics (scipy's defaults)."
+    )
+    gate: GateSpec = Field(GateSpec(), description="The claim gate. Source: design card (the protocol).")
+    timeline_seed: int | None = Field(
+        None, ge=0, description="The seed whose timelines are stored for the timeline figure. Source: the sweep."
+    )
 
     @field_validator("regimes", mode="before")
     @classmethod

@@ -117,27 +117,24 @@ def _censored_e2e(res) -> np.ndarray:
     return M.censored_e2e(res.requests["e2e"], res.requests["arrival"], float(res.summary.get(M.SIM_TIME, 0.0)))
 
 
-def _matched(res, e2e: np.ndarray, baseline: dict[str, Any] | None, sc) -> dict[str, Any]:
+def _matched(res, e2e: np.ndarray, baseline: dict[str, Any] | None) -> dict[str, Any]:
     """This run's latencies against the no_sync run's on the same seed (see metrics.matched_latency),
     and what overlapping meant (`overlap_window`)."""
     base_e2e = _baseline_e2e(baseline["e2e"]) if baseline else None
     base_hash = baseline.get("arrivals_hash") if baseline else None
-    overlaps, window = _overlaps(res, e2e, sc)
+    overlaps, window = _overlaps(res, e2e)
     out = M.matched_latency(e2e, overlaps, res.summary.get(M.ARRIVALS_HASH), base_e2e, base_hash)
     if window == M.COTENANT_WINDOWS:  # the within-run figures too, on the windows (a closed loop has no match)
         out.update(M.split_p95(e2e, overlaps))
     return {**out, M.OVERLAP_WINDOW: window}
 
 
-def _overlaps(res, e2e: np.ndarray, sc) -> tuple[np.ndarray, str]:
+def _overlaps(res, e2e: np.ndarray) -> tuple[np.ndarray, str]:
     """Requests overlapping a merge; where merges act through a co-tenant's window after each merge
     (the testbed twin: merges that hold nothing), requests overlapping those windows."""
-    from wadiloco.models.cotenant import cotenant_plan
-
-    plan = cotenant_plan(sc, sc.source) if getattr(sc, "cotenant", None) is not None else None
-    if plan is None or plan.timetable.merge_window_s is None:
+    wins = res.merge_windows
+    if wins is None:
         return np.asarray(res.requests["merge"]) >= 0, M.MERGE_WINDOWS
-    wins = [w for w in (plan.merge_window(m.end) for m in res.merges) if w is not None]
     arrival = np.asarray(res.requests["arrival"], dtype=float)
     return M.window_overlaps(arrival, arrival + e2e, wins), M.COTENANT_WINDOWS
 
@@ -161,9 +158,7 @@ def execute_task(task: dict[str, Any]) -> dict[str, Any]:
         e2e = _censored_e2e(res)
         out = {
             "status": "ok",
-            "summary": to_jsonable(
-                M.run_record(res.summary, _matched(res, e2e, task.get("baseline"), task["scenario"]))
-            ),
+            "summary": to_jsonable(M.run_record(res.summary, _matched(res, e2e, task.get("baseline")))),
             "timeline": compact_timeline(res) if task.get("timeline") else None,
             "detail": pack_e2e(e2e) if task.get("keep_e2e") else None,
         }

@@ -2,7 +2,7 @@
 
 The ids in a ring of array('q') slots, so a compiled core reads and writes them as C integers (a push,
 a pop or a look at the j-th makes no Python int); both cores run this one class, and it holds the ids a
-deque would, in the same order (tests/test_serving_core.py).
+deque would, in the same order (tests/engine/test_serving_core.py).
 
 The interface: `len` (and `n`, the same, a field), iteration and `in`; push(x) at the tail,
 push_front(x) at the head (a preempted request), pop_front(), at(j) (the j-th from the head; negative

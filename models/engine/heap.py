@@ -2,7 +2,7 @@
 
 CPython's heapq algorithms (Lib/heapq.py: `_siftdown`, `_siftup`) on the keys in an array('q'), so a
 compiled core sifts them as C integers and a push or a pop makes no Python int; both cores run this one
-class, and it holds every key where heapq on a list would (tests/test_serving_core.py).
+class, and it holds every key where heapq on a list would (tests/engine/test_serving_core.py).
 """
 
 from __future__ import annotations

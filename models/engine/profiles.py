@@ -1,9 +1,10 @@
 """Engine profiles: an engine on a GPU serving a model, as a data file with a schema.
 
 A profile (YAML, `models/data/profiles/<name>.yaml` or any path) names its measurements and which
-runs set which number; the numbers are fitted when it is loaded and printed by
-`wadiloco calibrate PROFILE`. A user adds their own engine and GPU by writing such a file next to a
-measurements file of the same shape as `models/data/testbed/stage10.yaml`.
+runs set which number; the numbers are fitted when a run first needs them, once per file content
+(kept on disk: `profile_cache_dir`), and printed by `wadiloco calibrate PROFILE`. A user adds their
+own engine and GPU by writing such a file next to a measurements file of the same shape as
+`models/data/testbed/stage10.yaml`.
 
 What a profile gives the simulator, per model: the GPU time of one engine iteration,
 `a + d * batch` seconds (no host part: the GPU-bound twin), and the serving start delay (engine init);
@@ -12,9 +13,13 @@ per co-tenant setting: its weight against a serving job on the GPU link.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -64,6 +69,8 @@ class ModelFit:
 
 @dataclass(frozen=True)
 class Profile:
+    """A profile file and its fit: one object, whatever a run reads of it (a model's law, a co-tenant's weight)."""
+
     spec: ProfileSpec
     source: str
     relative_slope: float  # d / (a + d * c_ref): growth of an iteration per extra sequence
@@ -72,21 +79,17 @@ class Profile:
 
     def model(self, name: str, file: object = "<scenario>", field: str = "engine.model") -> ModelFit:
         if name not in self.models:
-            raise InputError(
-                file,
-                field,
-                f"profile {self.spec.name!r} has no model {name!r}; known: {', '.join(sorted(self.models))}",
-            )
+            raise InputError(file, field, _unknown(self.spec, "model", name, self.models))
         return self.models[name]
 
     def cotenant(self, name: str, file: object = "<scenario>", field: str = "cotenant.profile_entry") -> float:
         if name not in self.cotenants:
-            raise InputError(
-                file,
-                field,
-                f"profile {self.spec.name!r} has no co-tenant {name!r}; known: {', '.join(sorted(self.cotenants))}",
-            )
+            raise InputError(file, field, _unknown(self.spec, "co-tenant", name, self.cotenants))
         return self.cotenants[name]
+
+
+def _unknown(spec: ProfileSpec, what: str, name: str, known) -> str:
+    return f"profile {spec.name!r} has no {what} {name!r}; known: {', '.join(sorted(known)) or 'none'}"
 
 
 def profile_path(name_or_path: str | Path) -> Path | None:
@@ -103,8 +106,11 @@ def packaged_profiles() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-@lru_cache(maxsize=16)
-def load_profile(name_or_path: str) -> Profile:
+def load_profile(name_or_path: str | Path) -> Profile:
+    """The profile at a path (or packaged under that name), fitted: from this process's memory, else
+    from the disk cache (`profile_cache_dir`), else fitted now and cached. Keyed by the file's bytes
+    and the fit's own inputs (the measurements and the fitting code), so an edited file is fitted
+    again and an unchanged one never is."""
     path = profile_path(name_or_path)
     if path is None:
         raise InputError(
@@ -112,11 +118,91 @@ def load_profile(name_or_path: str) -> Profile:
             "",
             f"no such profile file, and no packaged profile of that name (packaged: {', '.join(packaged_profiles())})",
         )
-    spec = validate(ProfileSpec, read_yaml(path), path)
-    return fit_profile(spec, str(path))
+    raw = path.read_bytes()
+    key = _cache_key(raw)
+    hit = _LOADED.get((key, str(path)))
+    if hit is None:
+        spec = validate(ProfileSpec, read_yaml(path), path)
+        hit = _cached(key, spec, str(path))
+        if hit is None:
+            hit = fit_profile(spec, str(path))
+            _store(key, hit)
+        _LOADED[key, str(path)] = hit
+    return hit
+
+
+_LOADED: dict[tuple[str, str], Profile] = {}  # (cache key, path) -> the profile, this process
+CACHE_ENV = "WADILOCO_CACHE_DIR"
+CACHE_FORMAT = 1  # the entries' layout: an entry of another format is ignored (and replaced)
+
+
+def profile_cache_dir() -> Path:
+    """Where fitted profiles are kept between processes: $WADILOCO_CACHE_DIR, else the user's cache
+    folder ($XDG_CACHE_HOME or ~/.cache) under wadiloco/profiles."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given) / "profiles"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "wadiloco" / "profiles"
+
+
+def _cache_key(raw: bytes) -> str:
+    return hashlib.sha256(raw + b"\0" + _fit_inputs().encode()).hexdigest()
+
+
+@cache
+def _fit_inputs() -> str:
+    """What every fit depends on besides the profile (the measurements and the fitting code), once per process."""
+    from wadiloco.models.testbed import fit
+
+    return fit.inputs_digest()
+
+
+def _cached(key: str, spec: ProfileSpec, source: str) -> Profile | None:
+    """The cache entry of `key` as a Profile, or None: missing, unreadable, corrupt, of another
+    format, or not this key's (each of which is refitted)."""
+    try:
+        doc = json.loads((profile_cache_dir() / f"{key}.json").read_text())
+        if doc["format"] != CACHE_FORMAT or doc["key"] != key or set(doc["models"]) != set(spec.models):
+            return None
+        models = {name: _model_entry(m) for name, m in doc["models"].items()}
+        cot = {str(k): float(v) for k, v in doc["cotenants"].items()}
+        if set(cot) != set(spec.cotenants):
+            return None
+        return Profile(spec, source, float(doc["relative_slope"]), models, cot)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _model_entry(m: dict) -> ModelFit:
+    runs = tuple(str(r) for r in m["runs"])
+    return ModelFit(float(m["a"]), float(m["d"]), float(m["start_delay_s"]), int(m["reference_batch"]), runs)
+
+
+def _store(key: str, p: Profile) -> None:
+    """Write `p`'s fit as the entry of `key` (atomically: a temp file renamed); a cache that cannot be
+    written is no error (the next process fits again). JSON floats round-trip exactly."""
+    doc = {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "profile": p.spec.name,
+        "relative_slope": p.relative_slope,
+        "models": {n: {**asdict(m), "runs": list(m.runs)} for n, m in p.models.items()},
+        "cotenants": p.cotenants,
+    }
+    folder = profile_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:
+        pass
 
 
 def fit_profile(spec: ProfileSpec, source: str) -> Profile:
+    """The one fit of a profile: every model and co-tenant entry (`load_profile` caches it)."""
     from wadiloco.models.testbed import fit
 
     if spec.measurements != fit.STAGE10:
@@ -137,7 +223,7 @@ def fit_profile(spec: ProfileSpec, source: str) -> Profile:
 
 
 def _slope(spec: ProfileSpec) -> float:
-    """The batch growth per sequence both fit paths use (fit_profile, model_fit): one rule, so they cannot drift."""
+    """The batch growth per sequence: the batch_slope runs' relative growth, times its scale."""
     return spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
 
 
@@ -178,23 +264,27 @@ def _model_fit(runs: list[str], slope: float) -> ModelFit:
     return ModelFit(t_ref - d * c_ref, d, delay, c_ref, tuple(runs))
 
 
-# ---- a scenario's engine profile: `engine.profile` and `engine.model` ------------------------------
+# ---- a scenario's engine profile: `engine.profile`, `engine.model`, `cotenant.profile_entry` ------------
 
 
-def check_model(path: Path, model: str, file: object) -> None:
-    """That the profile at `path` has `model` (reads the spec only; the fit comes when a run needs it)."""
+def resolve_profile(name: str, base_dir: str, file: object) -> Path:
+    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
+        p = Path(base_dir) / p
+    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
+    if path is None:
+        known = ", ".join(packaged_profiles())
+        msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
+        raise InputError(file, "engine.profile", msg)
+    return path
+
+
+def check_refs(path: Path, model: str | None, entry: str | None, file: object) -> None:
+    """That the profile at `path` has `model` and co-tenant `entry` (those given): its spec read, not
+    fitted (the fit comes when a run needs it: `load_profile`)."""
     spec = validate(ProfileSpec, read_yaml(path), path)
-    if model not in spec.models:
-        known = ", ".join(sorted(spec.models))
-        raise InputError(file, "engine.model", f"profile {spec.name!r} has no model {model!r}; known: {known}")
-
-
-@lru_cache(maxsize=32)
-def model_fit(path: str, model: str) -> ModelFit:
-    """One model of a profile, fitted as `fit_profile` fits it (its runs and the batch slope) without
-    fitting the rest (the co-tenant entries' `both` runs)."""
-    spec = validate(ProfileSpec, read_yaml(Path(path)), path)
-    if model not in spec.models:
-        raise InputError(path, "models", f"profile {spec.name!r} has no model {model!r}")
-    slope = _slope(spec)
-    return _model_fit(spec.models[model].runs, slope)
+    if model is not None and model not in spec.models:
+        raise InputError(file, "engine.model", _unknown(spec, "model", model, spec.models))
+    if entry is not None and entry not in spec.cotenants:
+        raise InputError(file, "cotenant.profile_entry", _unknown(spec, "co-tenant", entry, spec.cotenants))

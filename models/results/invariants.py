@@ -92,10 +92,11 @@ def check_kv(sidecar: int, st) -> None:
         held += -(-(total - due + st.diter - 1) // bs) - shared.get(rid, 0)
         cnt[(due + 1 - total) % bs] += 1
     free = kv.cap - kv.used
-    if held != kv.used or free < 0 or held + kv.reserved + free != kv.pool:
+    merging = kv.hold if kv.held else 0  # merge buffers taken while a merge runs (engine.merge_memory: merge)
+    if held != kv.used or free < 0 or held + kv.reserved + merging + free != kv.pool:
         raise InvariantError(
             f"KV conservation, sidecar {sidecar}: requests hold {held} blocks, the pool counts {kv.used} "
-            f"in use, {kv.reserved} reserved and {free} free of {kv.pool}"
+            f"in use, {kv.reserved} reserved, {merging} taken by a merge and {free} free of {kv.pool}"
         )
     if not shared.keys() <= kv.running.keys():
         raise InvariantError(f"KV conservation, sidecar {sidecar}: shared blocks of requests not running")

@@ -173,21 +173,8 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 # Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
 # whether a request started in a sync window, and with a pressure source, the max pressure at its
-# start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).
+# start and whether that is high (docs/sources.md, testbed 2.6; the testbed reads them at batch start).
 LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
-
-
-def add_labels(r: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Add label columns (in the table's row order) to a request table; no other column changes."""
-    unknown = set(labels) - set(LABEL_COLUMNS)
-    if unknown:
-        raise ValueError(f"not a label column: {sorted(unknown)}")
-    for k in LABEL_COLUMNS:
-        if k in labels:
-            if len(labels[k]) != len(r["arrival"]):
-                raise ValueError(f"label {k}: {len(labels[k])} values for {len(r['arrival'])} requests")
-            r[k] = np.asarray(labels[k])
-    return r
 
 
 def testbed_figures(r: dict[str, np.ndarray], merges: int) -> dict[str, Any]:
@@ -230,7 +217,7 @@ def sorted_percentiles(xs: np.ndarray, q) -> list[float]:
     method step for step (numpy.lib._function_base_impl: the virtual index (n - 1) q / 100, its floor
     and the next order statistic, both the last one past the end, and `_lerp`, which interpolates
     from the nearer one).
-    tests/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
+    tests/engine/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
     n = len(xs)
     v = (n - 1) * np.true_divide(np.asarray(q, dtype=np.float64), 100)
     lo = np.floor(v)

@@ -1,12 +1,10 @@
-"""Loading a scenario: read the YAML, validate it, and resolve it against the registries once.
+"""Loading a scenario: read the YAML and validate it, cheaply; resolving it for a run is models.spec.resolve.
 
-`load` gives a `Resolved`: the validated `Scenario` (schema: models.spec.scenario), its workload's
-parsed params (a trace loaded: models.workload.kinds) and the run's policy class with validated params
-(models.policies), and its GPU co-tenant and testbed labels as plans (models.cotenant: weights
-and exact timetables, files read). The fleet is built from a `Resolved` as it is and parses nothing again.
-`load_scenario`, `scenario_from_dict` and `with_overrides` check just as deeply but return the bare
-`Scenario`, for code that edits scenarios (sweeps, capacity searches); `resolve` turns one into a
-`Resolved` (a trace is read once per process and file: models.workload.traces.load_trace_cached).
+`load_scenario`, `scenario_from_dict` and `with_overrides` give a validated `Scenario` (the schema,
+models.spec.scenario, then `check_inputs`: the workload and policy against their registries, the
+files it names read, the engine profile's model and co-tenant entry looked up but not fitted), what
+code that edits scenarios (sweeps, capacity searches, the CLI) works with. models.spec.resolve turns
+one into a `RunSpec` (models.spec.run), what a fleet is built from.
 
 Validation errors are `InputError`s naming the file and the dotted field. The schema and the shared
 validation helpers (models.spec.schema) are re-exported here, where older code imports them from.
@@ -14,16 +12,14 @@ validation helpers (models.spec.schema) are re-exported here, where older code i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import weakref
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan, resolve_profile
-from wadiloco.models.engine.profiles import check_model
+from wadiloco.models.cotenant import check_timetable
+from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
-from wadiloco.models.policies import Params, Policy, parse_policy
+from wadiloco.models.policies import parse_policy
 from wadiloco.models.spec.scenario import (
     EngineConfig,
     FleetConfig,
@@ -47,49 +43,23 @@ __all__ = [
     "MergeConfig",
     "MonitorConfig",
     "PolicyConfig",
-    "Resolved",
     "SLOConfig",
     "Scenario",
     "Strict",
     "TrainingConfig",
     "check_finite",
+    "checked",
+    "check_inputs",
     "check_policy",
+    "check_policy_in",
     "format_validation_error",
-    "from_dict",
-    "load",
     "load_scenario",
     "policy_choice",
     "read_yaml",
-    "resolve",
     "scenario_from_dict",
     "validate",
     "with_overrides",
 ]
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A scenario checked against every registry, with what the checks produced: what a fleet is
-    built from (sim.fleet.Fleet), so nothing downstream validates or reads a file again."""
-
-    scenario: Scenario
-    workload: BaseModel  # the workload kind's params (models.workload.kinds); a trace is loaded
-    policy: type[Policy]  # the policy this run uses (not necessarily the scenario's own)
-    params: Params  # its validated params, checked against the merge corridor
-    cotenant: CotenantPlan | None = None  # `cotenant:` resolved (sim.cotenant runs it)
-    labels: LabelPlan | None = None  # `testbed_labels:` resolved (added to the request table)
-
-    @property
-    def policy_name(self) -> str:
-        return self.policy.name
-
-    def with_policy(
-        self, name: str | None, params: dict | None, file: object = None, where: str = "policy"
-    ) -> Resolved:
-        """The same scenario run with another policy (`policy_choice` picks its params)."""
-        sc = self.scenario
-        cls, p = check_policy(sc, *policy_choice(sc, name, params), sc.source if file is None else file, where)
-        return replace(self, policy=cls, params=p)
 
 
 def policy_choice(sc: Scenario, name: str | None, params: dict | None) -> tuple[str, dict]:
@@ -104,52 +74,71 @@ def policy_choice(sc: Scenario, name: str | None, params: dict | None) -> tuple[
 
 def check_policy(sc: Scenario, name: str, params: dict | None, file: object, where: str):
     """Validate a policy's params, and that they fit the scenario's merge corridor: (class, params)."""
+    return check_policy_in(name, params, sc.merge.h_min, sc.merge.h_max, sc.base_dir, file, where)
+
+
+def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base_dir: str, file: object, where: str):
+    """`check_policy` against a corridor and the folder the params' files are relative to."""
     cls, p = parse_policy(name, params, file, where)
-    problem = cls.check_corridor(p, sc.merge.h_min, sc.merge.h_max) or cls.check_inputs(p, sc.base_dir)
+    problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
     if problem:
         raise InputError(file, f"{where}.params", problem)
     return cls, p
 
 
-def resolve(
-    sc: Scenario | Resolved, policy: str | None = None, params: dict | None = None, *, file=None, where="policy"
-) -> Resolved:
-    """`sc` ready to run with `policy` (default: its own; see `policy_choice`). A `Resolved` comes
-    back as it is when no policy is named, else with only the policy re-checked."""
-    if isinstance(sc, Resolved):
-        return sc if policy is None and params is None else sc.with_policy(policy, params, file, where)
-    file = sc.source if file is None else file
+def check_inputs(sc: Scenario, file: object) -> None:
+    """The checks against the registries and the files a scenario names, cheap (nothing is fitted or
+    built): the workload's params (a trace is read, once per process and file), the engine profile's
+    file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
+    parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
-    if sc.engine.profile is not None:  # the file and model now; the fit when a run needs it
-        path = resolve_profile(sc.engine.profile, sc.base_dir, file)
-        if sc.engine.model is not None:
-            check_model(path, sc.engine.model, file)
-    cls, p = check_policy(sc, *policy_choice(sc, policy, params), file, where)
-    return Resolved(sc, workload, cls, p, cotenant_plan(sc, file), label_plan(sc, file))
+    path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
+    if path is not None:
+        check_refs(path, sc.engine.model, None, file)
+    policy = check_policy(sc, *policy_choice(sc, None, None), file, "policy")
+    c, lab = sc.cotenant, sc.testbed_labels
+    if c is not None:
+        check_timetable(c.timetable, sc.horizon_s, sc.base_dir, file, "cotenant.timetable")
+        if c.weight is None and path is None:
+            raise InputError(
+                file, "engine.profile", "cotenant.profile_entry needs an engine profile: set engine.profile"
+            )
+        if c.weight is None:
+            check_refs(path, None, c.profile_entry, file)
+    if lab is not None:
+        check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
+    _CHECKED[id(sc)] = (workload, policy)
+    weakref.finalize(sc, _CHECKED.pop, id(sc), None)
 
 
-def from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Resolved:
-    """Parsed YAML to a resolved scenario; relative trace paths resolve from `base_dir`."""
+# What validation parsed of each live scenario's free-form blocks, by the scenario's identity: the
+# workload's params (a trace loaded) and its own policy (class, params). models.spec.resolve takes
+# them from here (`checked`), so a run parses neither twice; a copy (or a scenario unpickled in a
+# sweep worker) is another object and is parsed again.
+_CHECKED: dict[int, tuple] = {}
+
+
+def checked(sc: Scenario) -> tuple:
+    """(workload params, (policy class, params)) as validation parsed them, or (None, None)."""
+    return _CHECKED.get(id(sc), (None, None))
+
+
+def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Scenario:
+    """Parsed YAML to a validated scenario (the schema, then `check_inputs`); relative paths resolve
+    from `base_dir`. Resolving it for a run is models.spec.resolve's."""
     if not isinstance(data, dict):
         raise InputError(file, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
     check_finite(data, file)
     sc = validate(Scenario, data, file)
     sc.base_dir = str(Path(base_dir).resolve())
     sc.source = str(file)
-    return resolve(sc, file=file)
-
-
-def load(path: str | Path) -> Resolved:
-    p = Path(path)
-    return from_dict(read_yaml(p), p, p.parent)
-
-
-def scenario_from_dict(data: Any, file: object = "<scenario>", base_dir: str | Path = ".") -> Scenario:
-    return from_dict(data, file, base_dir).scenario
+    check_inputs(sc, file)
+    return sc
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    return load(path).scenario
+    p = Path(path)
+    return scenario_from_dict(read_yaml(p), p, p.parent)
 
 
 def with_overrides(sc: Scenario, overrides: dict[str, Any]) -> Scenario:
