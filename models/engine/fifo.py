@@ -16,14 +16,13 @@ from array import array
 
 
 class RingFifo:
-    __slots__ = ("a", "h", "n", "_a", "_m")
+    __slots__ = ("h", "n", "_a", "_m")
 
     def __init__(self) -> None:
-        self.a = array("q", bytes(8 * 64))  # the ids in slots h, h + 1, ... (mod len(a), a power of two)
-        self._a = self.a  # (compiled: a typed view)
+        self._a = array("q", bytes(8 * 64))  # the ids in slots h, h + 1, ... (mod its length, a power of two)
         self.h = 0
         self.n = 0
-        self._m = 63  # len(a) - 1
+        self._m = 63  # its length - 1
 
     def __len__(self) -> int:
         return self.n
@@ -35,15 +34,13 @@ class RingFifo:
         return any(self._a[(self.h + j) & self._m] == x for j in range(self.n))
 
     def _room(self) -> None:
-        """Twice the slots, the ids unrolled to start at slot 0."""
-        ids = list(self)
-        self._a = None  # (an array with a view cannot be replaced in place)
-        self.a = array("q", bytes(16 * len(self.a)))
-        self._a = self.a
-        self._m = len(self.a) - 1
+        """Twice the slots, the ids unrolled to start at slot 0 (a new array: the compiled ring holds a
+        view of the old one)."""
+        ids = array("q", [self._a[(self.h + j) & self._m] for j in range(self.n)])
+        ids.frombytes(bytes(8 * (2 * (self._m + 1) - self.n)))
+        self._a = ids
+        self._m = len(ids) - 1
         self.h = 0
-        for j in range(len(ids)):
-            self._a[j] = ids[j]
 
     def push(self, x: int) -> None:
         if self.n > self._m:

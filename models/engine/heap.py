@@ -13,25 +13,25 @@ MASK = 0xFFFFFFFF  # a key's request id (models.engine.serving `key`)
 
 
 class KeyHeap:
-    __slots__ = ("a", "n", "_a", "_cap")
+    __slots__ = ("n", "_a", "_cap")
 
     def __init__(self) -> None:
-        self.a = array("q", bytes(8 * 64))  # keys in heap order; slots from n on are spare
-        self._a = self.a  # (compiled: a typed view)
-        self._cap = 64  # len(a), a C field where the compiled heap reads it
+        self._a = array("q", bytes(8 * 64))  # keys in heap order; slots from n on are spare
+        self._cap = 64  # its length
         self.n = 0
 
     def __len__(self) -> int:
         return self.n
 
     def __iter__(self):
-        return iter(self.a[: self.n])
+        return iter([self._a[j] for j in range(self.n)])
 
     def _room(self) -> None:
-        self._a = None  # (an array with a view cannot grow)
-        self.a.extend(array("q", bytes(8 * len(self.a))))
-        self._a = self.a
-        self._cap = len(self.a)
+        """Twice the slots (a new array: the compiled heap holds a view of the old one)."""
+        keys = array("q", [self._a[j] for j in range(self.n)])
+        keys.frombytes(bytes(8 * (2 * self._cap - self.n)))
+        self._a = keys
+        self._cap = len(keys)
 
     def push(self, x: int) -> None:
         if self.n == self._cap:

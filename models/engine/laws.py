@@ -12,7 +12,9 @@ steps one iteration at a time. `detail`: the law reads `pairs` and `past` (the e
 `saturated` is the mean iteration of a saturated engine, which models.engine.capacity turns into a rate.
 
 The laws: linear and attention (models.engine.latency fits both to the H200 rows) and table (measured
-step times, interpolated). docs/engine.md; docs/extending.md adds one.
+step times, interpolated). A law written elsewhere (a subclass of `LatencyLaw` in a module of its own)
+runs as it is in the pure core and through `Delegate` in the compiled one (`law_of`). docs/engine.md;
+docs/extending.md adds one.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from array import array
 
 class LatencyLaw:
     """A latency law (module docstring). Subclasses set `line` and `detail` and implement `step_time`,
-    `saturated` and `args` (the constructor's arguments: laws with equal ones are equal), and
-    `decode_line` when `line` is set."""
+    `saturated` and `args` (the constructor's arguments: laws with equal ones are equal, and a law is
+    pickled as them), and `decode_line` when `line` is set."""
 
     __slots__ = ("line", "detail")
 
@@ -35,7 +37,7 @@ class LatencyLaw:
         raise NotImplementedError
 
     def decode_line(self, n_dec: int, sum_ctx: int) -> tuple[float, float]:
-        """(g0, dg) of a run of pure-decode iterations from summed context sum_ctx (only with `line`)."""
+        """(g0, dg) of a run of pure-decode iterations from summed context sum_ctx (asked only with `line`)."""
         return self.step_time(0, 0, 0, 0, n_dec, sum_ctx), 0.0
 
     def saturated(self, batch: float, prompt: float, output: float, prefill: float) -> float:
@@ -51,6 +53,9 @@ class LatencyLaw:
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.args()))
+
+    def __reduce__(self):
+        return type(self), self.args()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}{self.args()!r}"
@@ -108,102 +113,138 @@ def lerp(y0: float, y1: float, t: float) -> float:
     return y0 * (1.0 - t) + y1 * t
 
 
-def _cell(xs, x: float) -> int:
-    """The segment [xs[k], xs[k + 1]] that interpolates at x (the first or last one beyond the ends):
-    k = bisect_right(xs, x) - 1, clamped."""
-    lo, hi = 0, len(xs)
-    while lo < hi:
-        mid = (lo + hi) // 2
+def _cell(xs, lo: int, hi: int, x: float) -> int:
+    """The segment [xs[k], xs[k + 1]] of the ascending points xs[lo:hi] (at least two) that interpolates
+    at x: k = bisect_right(xs, x, lo, hi) - 1, clamped to [lo, hi - 2] (the first or last beyond the ends)."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) // 2
         if x < xs[mid]:
-            hi = mid
+            b = mid
         else:
-            lo = mid + 1
-    k = lo - 1
-    last = len(xs) - 2
-    return 0 if k < 0 else (last if k > last else k)
+            a = mid + 1
+    k = a - 1
+    return lo if k < lo else (hi - 2 if k > hi - 2 else k)
+
+
+def _polyline(xs, ys, lo: int, hi: int, x: float) -> float:
+    """The piecewise-linear function through the points (xs[k], ys[k]), lo <= k < hi, at x: straight on
+    beyond the ends (the line through the nearest two points); one point: constant."""
+    if hi - lo == 1:
+        return ys[lo]
+    k = _cell(xs, lo, hi, x)
+    return lerp(ys[k], ys[k + 1], (x - xs[k]) / (xs[k + 1] - xs[k]))
 
 
 class TableLaw(LatencyLaw):
-    """Measured step times, interpolated: D(batch, context) of pure-decode iterations on a grid (each
-    batch with each context per sequence), bilinear between the grid's points, and P(tokens) of one
-    prompt's chunk alone, piecewise linear; both straight beyond the measured range (a line through
-    the nearest two points; one point: constant). An iteration of n_dec decoders and m chunks of pf
-    tokens takes D(n_dec + m, sum_ctx / (n_dec + m)) + P(pf) - P(0) (every sequence of the batch is a
-    row of D, a chunk's tokens cost what they add to a prefill): a linear law's own points give the
-    linear law back. Chunked prefill's attention over the cached context is not in P (`detail` off).
-    No line: a decode run's context moves across the grid's cells, where the slope changes."""
+    """Measured step times, interpolated: no fitted form, the natural law of an engine's measurements.
 
-    __slots__ = ("batches", "contexts", "decode", "tokens", "prefill", "p0", "_b", "_x", "_d", "_t", "_p")
+    `decode`: (batch, context per sequence, seconds) of pure-decode iterations, each context measured at
+    batch sizes of its own; D(batch, ctx) is piecewise linear in the batch along each measured context
+    and linear in the context between the two measured ones around it. `prefill`: (tokens, seconds) of
+    one prompt's prefill alone, P(tokens), piecewise linear. Beyond the measured range both go straight
+    on (the line through the nearest two points; one point: constant). An iteration of n_dec decoders
+    (summed context sum_ctx) and m chunks of pf tokens takes
 
-    def __init__(self, batches, contexts, decode, tokens, prefill) -> None:
-        """decode[i * len(contexts) + j]: seconds at batches[i] and contexts[j]; prefill[k] at tokens[k]."""
-        self.batches, self.contexts, self.decode = array("d", batches), array("d", contexts), array("d", decode)
-        self.tokens, self.prefill = array("d", tokens), array("d", prefill)
-        if len(self.decode) != len(self.batches) * len(self.contexts) or len(self.prefill) != len(self.tokens):
-            raise ValueError("a table law needs one decode time per (batch, context) and one per prefill size")
-        for xs in (self.batches, self.contexts, self.tokens):
-            if not len(xs) or any(xs[k] >= xs[k + 1] for k in range(len(xs) - 1)):
-                raise ValueError("a table law's batches, contexts and prefill sizes ascend, at least one each")
-        self._b, self._x, self._d, self._t, self._p = (
-            self.batches,
-            self.contexts,
-            self.decode,
-            self.tokens,
-            self.prefill,
-        )
+        D(n_dec + m, sum_ctx / (n_dec + m)) + (P(pf) - D(1, 0))     (the second term only with chunks)
+
+    every sequence a row of D and the chunks adding what a lone prefill costs over a lone empty step: a
+    lone prefill takes P, a pure-decode batch D, at their measured points exactly, and a linear law's
+    own values give the linear law back (bilinear interpolation is exact for a + c*batch*ctx + d*batch).
+    Prefill attention over the cached context is not in P (`detail` off). No line: a decode run's
+    context crosses the table's cells, where the slope changes, so the engine steps it one iteration
+    at a time."""
+
+    __slots__ = ("decode", "prefill", "base", "_ctx", "_start", "_bat", "_dec", "_tok", "_pre")
+
+    def __init__(self, decode, prefill) -> None:
+        self.decode = tuple(sorted((float(b), float(x), float(s)) for b, x, s in decode))
+        self.prefill = tuple(sorted((float(t), float(s)) for t, s in prefill))
+        if not self.decode or not self.prefill:
+            raise ValueError("a table law needs at least one decode and one prefill time")
+        cells = [(b, x) for b, x, _ in self.decode]
+        tokens = [t for t, _ in self.prefill]
+        if len(set(cells)) < len(cells) or len(set(tokens)) < len(tokens):
+            raise ValueError("a table law has one time per (batch, context) and one per prefill size")
+        ctx = sorted({x for _, x, _ in self.decode})
+        start, bat, dec = [0], [], []
+        for c in ctx:  # each context's batches, ascending (the rows are sorted)
+            bat += [b for b, x, _ in self.decode if x == c]
+            dec += [s for _, x, s in self.decode if x == c]
+            start.append(len(bat))
+        self._ctx, self._start = array("d", ctx), array("q", start)
+        self._bat, self._dec = array("d", bat), array("d", dec)
+        self._tok, self._pre = array("d", tokens), array("d", [s for _, s in self.prefill])
         self.line = False
         self.detail = False
-        self.p0 = self.prefill_time(0.0)
+        self.base = self.decode_time(1.0, 0.0)
 
-    def prefill_time(self, pf: float) -> float:
-        """P(pf): one chunk of pf tokens alone."""
-        if len(self._t) == 1:
-            return self._p[0]
-        k = _cell(self._t, pf)
-        return lerp(self._p[k], self._p[k + 1], (pf - self._t[k]) / (self._t[k + 1] - self._t[k]))
+    def prefill_time(self, tokens: float) -> float:
+        """P(tokens): one prompt's prefill alone."""
+        return _polyline(self._tok, self._pre, 0, len(self._tok), tokens)
 
-    def _row(self, i: int, x: float) -> float:
-        """D(batches[i], x)."""
-        nx = len(self._x)
-        if nx == 1:
-            return self._d[i]
-        j = _cell(self._x, x)
-        t = (x - self._x[j]) / (self._x[j + 1] - self._x[j])
-        return lerp(self._d[i * nx + j], self._d[i * nx + j + 1], t)
+    def _column(self, j: int, batch: float) -> float:
+        """D(batch, the j-th measured context)."""
+        return _polyline(self._bat, self._dec, self._start[j], self._start[j + 1], batch)
 
-    def decode_time(self, batch: float, context: float) -> float:
-        """D(batch, context): a pure-decode iteration of `batch` sequences of `context` tokens each."""
-        if len(self._b) == 1:
-            return self._row(0, context)
-        i = _cell(self._b, batch)
-        t = (batch - self._b[i]) / (self._b[i + 1] - self._b[i])
-        return lerp(self._row(i, context), self._row(i + 1, context), t)
+    def decode_time(self, batch: float, ctx: float) -> float:
+        """D(batch, ctx): a pure-decode iteration of `batch` sequences of `ctx` tokens of context each."""
+        n = len(self._ctx)
+        if n == 1:
+            return self._column(0, batch)
+        j = _cell(self._ctx, 0, n, ctx)
+        t = (ctx - self._ctx[j]) / (self._ctx[j + 1] - self._ctx[j])
+        return lerp(self._column(j, batch), self._column(j + 1, batch), t)
 
     def step_time(self, pf: int, m: int, pairs: int, past: int, n_dec: int, sum_ctx: int) -> float:
         rows = n_dec + m
-        g = self.decode_time(rows, sum_ctx / rows if rows else 0.0)
-        return g + (self.prefill_time(pf) - self.p0) if m else g
+        g = self.decode_time(float(rows), float(sum_ctx) / rows if rows else 0.0)
+        return g + (self.prefill_time(float(pf)) - self.base) if m else g
 
     def saturated(self, batch: float, prompt: float, output: float, prefill: float) -> float:
-        return self.decode_time(batch, prompt + output / 2) + (self.prefill_time(prefill) - self.p0)
+        return self.decode_time(batch, prompt + output / 2) + (self.prefill_time(prefill) - self.base)
 
     def args(self) -> tuple:
-        return tuple(self.batches), tuple(self.contexts), tuple(self.decode), tuple(self.tokens), tuple(self.prefill)
+        return self.decode, self.prefill
 
 
-CLASSES = {cls.__name__: cls for cls in (LinearLaw, AttentionLaw, TableLaw)}
+class Delegate(LatencyLaw):
+    """A law of another class (written outside this module: a subclass of the pure core's LatencyLaw,
+    which the compiled core's classes are not), run by calling it: Python calls, the same values."""
+
+    __slots__ = ("law",)
+
+    def __init__(self, law) -> None:
+        self.law = law
+        self.line = bool(law.line)
+        self.detail = bool(law.detail)
+
+    def step_time(self, pf: int, m: int, pairs: int, past: int, n_dec: int, sum_ctx: int) -> float:
+        return self.law.step_time(pf, m, pairs, past, n_dec, sum_ctx)
+
+    def decode_line(self, n_dec: int, sum_ctx: int) -> tuple[float, float]:
+        g0, dg = self.law.decode_line(n_dec, sum_ctx)
+        return g0, dg
+
+    def saturated(self, batch: float, prompt: float, output: float, prefill: float) -> float:
+        return self.law.saturated(batch, prompt, output, prefill)
+
+    def args(self) -> tuple:
+        return (self.law,)
+
+
+CLASSES = {cls.__name__: cls for cls in (LinearLaw, AttentionLaw, TableLaw, Delegate)}
 
 
 def law_of(lat) -> LatencyLaw:
-    """`lat` as a law of this core: one of its own laws as it is; the other core's twin of one (the pure
-    and compiled cores each have their classes) rebuilt from its arguments; a fitted model
-    (models.engine.latency.LatencyModel) as the linear law of its coefficients, or the attention law
-    when it has an attention term."""
+    """`lat` as a law of this core: one of its laws as it is; the other core's twin of one of this
+    module's laws rebuilt from its arguments (the pure and compiled cores each have their classes); a
+    fitted model (models.engine.latency.LatencyModel) as its law; any other law through `Delegate`."""
     if isinstance(lat, LatencyLaw):
         return lat
-    name = type(lat).__name__
-    if name in CLASSES and hasattr(lat, "args"):
-        return CLASSES[name](*lat.args())
-    if lat.e:
-        return AttentionLaw(lat.a, lat.b, lat.c, lat.d, lat.e)
-    return LinearLaw(lat.a, lat.b, lat.c, lat.d)
+    cls = CLASSES.get(type(lat).__name__)
+    if cls is not None and hasattr(lat, "args"):
+        return cls(*lat.args())
+    if hasattr(lat, "law"):
+        return law_of(lat.law())
+    return Delegate(lat)

@@ -13,10 +13,10 @@ rules independently, as the tests' oracle):
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
    already prefilling get the next chunk of their prompt first (in order); then waiting requests
    are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
-3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (+ e*attention pairs of the chunks,
-   latency form `attention`; models.engine.latency), host work
+3. GPU work g is the engine's latency law's step time (`law`, models.engine.laws: e.g. the linear
+   law a + b*prefill_tokens + c*sum_ctx + d*batch), host work
    h = h0 + h1*batch + h2*scheduled_tokens on the engine's CPU path and frontend work f (the API
-   server: per admitted request and per output token, on its own CPU path; `front_work`); at
+   server: per admitted request and per output token, on its own CPU path; `host_work`); at
    speeds rg, rh, rf (1 alone) an overlapped iteration (vLLM V1) takes max(h/rh, f/rf, g/rg), a
    sequential one (vLLM V0) h/rh + g/rg + f/rf (models.engine.batching: EngineStep, compose).
 4. At its end every decoder has one more token; a request whose prompt is now fully computed
@@ -25,32 +25,35 @@ rules independently, as the tests' oracle):
 
 With a KV-cache pool (models.engine.kv; `kv`, None: unlimited) rule 2 first gives every decoder crossing a
 block boundary its block, preempting the most recently admitted running request while they do not
-fit (recompute: `make_room`, `_preempt`; or swap: its blocks go to host memory and come back,
-`_swap_in`, copied over PCIe before the iteration, `_shared_step`), and admits only while the
+fit (`make_room`, `_preempt`; where a preempted decoder goes is the pool's preemption mode,
+models.engine.preemption: recompute, or swap, its blocks copied over PCIe before the iteration,
+`_shared_step`), and admits only while the
 prompt's blocks fit above the watermark (`admit_kv`); a finished request's blocks go back
 (`release`); fast-forward stops where the free blocks run out (`kv_run`). Cached prompt tokens
 (given with a request, or a prefix cache's hit: models.engine.prefix; `skip`, `take_cached`) are not
 prefilled. docs/engine.md.
 
 `serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
-until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
-or up to the first boundary at or after an arrival it could admit, timed in closed form
-(models.engine.batching). A step that ends before the lookahead bound (`bound.until`: nothing will look
-at the engine or change its speeds before then) is booked at once, without a wait.
+until the next arrival, or (with fast-forward, and a law with a line for decode runs) the pure-decode
+iterations up to the next finish, or up to the first boundary at or after an arrival it could
+admit, timed in closed form (models.engine.batching). A step that ends before the lookahead bound
+(`bound.until`: nothing will look at the engine or change its speeds before then) is booked at
+once, without a wait.
 
 `serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy). It calls
 `Steps.advance` once per SimPy event, not once per step: advance books every step that needs no
-event (the loop of the rules above) and says what to wait for. The compiled core (setup.py,
+event (the loop of the rules above: `_book` rule 4, `EngineState.arrive` rule 1, `_compose` rules 2
+and 3, `_time` the step's length) and says what to wait for. The compiled core (setup.py,
 serving.pxd) runs advance and the rules in C; a generator cannot have C locals.
 
 A tape (models.engine.tape; `st.tape`, set before the run) is consulted only where a step starts at or after
 its `mark` (a snapshot is recorded, or the engine jumps ahead along a baseline run's trajectory) and
 at idle instants (recorded, or a baseline's busy period copied): what it restores replaces the
-state in place, and the loop's locals are read back from `st`.
+state in place, and the step reads the clock and the next arrival back from `st`.
 
 Closed-loop clients (models.workload.clients): an engine may have a `client` that creates requests as others
 finish (a batch starts when the previous one is done; a user sends again after thinking). It is
-consulted only when a step finishes requests (`_finish_closed`), and puts what it creates into the
+consulted only when a step finishes requests (`_book_slow`), and puts what it creates into the
 not-yet-arrived tail of the arrays (`add`), kept sorted; so the engine's next arrival, its idle
 waits and fast-forward's stop at an arrival are exact as for pre-drawn arrivals. Open-loop engines
 (`client` None) take the original path, one test per step.
@@ -233,6 +236,29 @@ class EngineState:
         self.h = host_s
         self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
+        self.px = prefix
+        self._requests(t, prompt, output, cached, hashes)
+        self.next_i = 0  # next arrival not yet pulled into `waiting`
+        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
+        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
+        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
+        self.n_dec = 0  # decoding requests
+        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
+        self.diter = 0  # iterations run
+        self.n_finished = 0
+        self.contended = 0  # iterations run below full speed or shared with other jobs
+        self.now = 0.0
+        self.log: list[tuple[float, float]] | None = None
+        self.client = None
+        self.tag: array | None = None
+        self.tape = None
+        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
+        self.requeued: list[float] = []
+        self.resumed: list[float] = []
+
+    def _requests(self, t, prompt, output, cached, hashes) -> None:
+        """The per-request inputs (compact typed arrays: arrival, prompt and output lengths, cached prompt
+        tokens, block hashes), results (NaN until known) and per-request engine state."""
         self.n = n = len(t)
         if n > RIDS:
             raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
@@ -249,35 +275,17 @@ class EngineState:
         # (0 after); the prefix cache's blocks it pins (0: none, and nothing for `px.release` to do)
         self.skipped = array("q", bytes(8 * n))
         self.pinned = array("q", bytes(8 * n))
-        self._views()
-        self._grow()  # (the input arrays' views)
-        self.next_i = 0  # next arrival not yet pulled into `waiting`
-        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
-        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
-        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
-        self.n_dec = 0  # decoding requests
-        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
-        self.diter = 0  # iterations run
-        self.n_finished = 0
-        self.contended = 0  # iterations run below full speed or shared with other jobs
-        self.now = 0.0
-        self.log: list[tuple[float, float]] | None = None
-        self.client = None
-        self.tag: array | None = None
         self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
-        self.px = prefix
         self.hashes = None if hashes is None else list(hashes)
         if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
             raise ValueError("one cached-token count and one hash tuple per request")
         c, p = np.asarray(self.cached, dtype=np.int64), np.asarray(prompt, dtype=np.int64)  # (vectorised)
         if n and ((c < 0).any() or (c > p).any()):
             raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
-        self.start = prefix is not None or bool(c.any())
+        self.start = self.px is not None or bool(c.any())
         del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
-        self.tape = None
-        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
-        self.requeued: list[float] = []
-        self.resumed: list[float] = []
+        self._views()
+        self._grow()  # (the input arrays' views)
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -394,16 +402,34 @@ class EngineState:
                 done += 1
         return seen, adm, fin, done
 
+    # -- rule 1 ---------------------------------------------------------------------------------
+    def arrive(self, now: float) -> int:
+        """Every request that has arrived by `now` waits. Publishes `now` and the next arrival's index,
+        and returns that index."""
+        i, n, waiting = self.next_i, self.n, self.waiting
+        while i < n and self._t_arr[i] <= now:
+            waiting.push(i)
+            i += 1
+        self.now, self.next_i = now, i
+        return i
+
+    def idle(self) -> bool:
+        """Nothing to run: no decoder, no prompt in prefill, none waiting (nor swapped out)."""
+        kv = self.kv
+        return not self.n_dec and not self.prefilling.n and not self.waiting.n and (kv is None or not kv.mode.parked)
+
+    def next_at(self, i: int) -> float:
+        """When an engine whose next request is i next has one to take: i's arrival, or else a router's
+        next instant (`gate`; inf: none)."""
+        if i < self.n:
+            return self._t_arr[i]
+        return self.gate.until
+
     # -- rules 2 and 4 --------------------------------------------------------------------------
-    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
-        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
-        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
-        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
-        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
-        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
-        prefilling, waiting = self.prefilling, self.waiting
-        budget0 = self.budget
-        budget = budget0 - n_dec
+    def continuing(self, budget: int) -> tuple[int, int, int]:
+        """Rule 2's first part: the requests already in prefill get the next chunk of their prompt, in
+        order, while the token budget lasts: (chunks, the last one's tokens, the budget left)."""
+        prefilling = self.prefilling
         m = take = 0
         for j in range(prefilling.n):
             if budget <= 0:
@@ -413,6 +439,17 @@ class EngineState:
             take = take if take < budget else budget
             m += 1
             budget -= take
+        return m, take, budget
+
+    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
+        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
+        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
+        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
+        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
+        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
+        prefilling, waiting = self.prefilling, self.waiting
+        budget0 = self.budget
+        m, take, budget = self.continuing(budget0 - n_dec)
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         while waiting.n and budget > 0 and room > 0:
             rid = waiting.pop_front()
@@ -640,45 +677,26 @@ class EngineState:
         """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
         FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
         too long ever to fit is rejected. Swapped-out decoders that come back change n_dec and
-        sum_ctx: published (`_swap_in`)."""
+        sum_ctx: published (the pool's preemption mode, `resume`)."""
         if self.kv.mode.parked:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
             n_dec, sum_ctx = self.kv.mode.resume(self, self.diter, n_dec, sum_ctx)
         prefilling, waiting, kv = self.prefilling, self.waiting, self.kv
         budget0 = self.budget
-        budget = budget0 - n_dec
-        m = take = 0
-        for j in range(prefilling.n):
-            if budget <= 0:
-                break
-            rid = prefilling.at(j)
-            take = self._prompt[rid] - self._prefilled[rid]
-            take = take if take < budget else budget
-            m += 1
-            budget -= take
+        m, take, budget = self.continuing(budget0 - n_dec)
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
         while waiting.n and budget > 0 and room > 0 and not kv.mode.parked:
             rid = waiting.at(0)
             p = self._prompt[rid]
-            if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
-                got, hit, tok = self._head_skip
-                nb = self._head_nb
-            else:
-                if kv.too_long(p + self._output[rid], p):
-                    waiting.pop_front()
-                    kv.rejected += 1
-                    continue
-                if start:  # the prefix cache's blocks it uses are held once, by the cache
-                    got, hit, tok = self.skip(rid)
-                    nb = blocks(p, kv.bs) - tok // kv.bs
-                else:
-                    got = hit = tok = 0
-                    nb = blocks(p, kv.bs)
+            nb = self.asks(rid, p, epoch)
+            if nb < 0:  # too long ever to fit
+                waiting.pop_front()
+                kv.rejected += 1
+                continue
             if nb > free:
-                # (a request waiting keeps its prompt, its cached count and its original: only the cache moves)
-                self._head, self._head_epoch, self._head_skip, self._head_nb = rid, epoch, (got, hit, tok), nb
                 break
+            got, hit, tok = self._head_skip
             self._head = -1
             waiting.pop_front()
             free -= nb
@@ -699,6 +717,24 @@ class EngineState:
             budget -= take
             room -= 1
         return m, take, budget0 - n_dec - budget
+
+    def asks(self, rid: int, p: int, epoch: int) -> int:
+        """What admitting request rid (prompt p, the head of the queue) takes from a KV pool: its blocks,
+        those the prefix cache holds for it off (-1: too long ever to fit), and its cached tokens in
+        `_head_skip` (`skip`). The answers hold while the prefix cache's epoch does: a head that does not
+        fit asks again at every step (a request waiting keeps its prompt, its cached count and its
+        original lengths: only the cache moves)."""
+        if rid == self._head and epoch == self._head_epoch:
+            return self._head_nb
+        kv = self.kv
+        if kv.too_long(p + self._output[rid], p):
+            return -1
+        got = hit = tok = 0
+        if self.start:  # the prefix cache's blocks it uses are held once, by the cache
+            got, hit, tok = self.skip(rid)
+        self._head, self._head_epoch, self._head_skip = rid, epoch, (got, hit, tok)
+        self._head_nb = blocks(p, kv.bs) - tok // kv.bs
+        return self._head_nb
 
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
@@ -801,28 +837,15 @@ class Steps:
         until = self.bound.until  # (only SimPy events move it: constant while this runs)
         busy = bool(self.clock.gpu_jobs or self.clock.host_jobs)  # other work on the engine's links (constant too)
         while True:
-            if self.k:  # book the step in hand: k iterations from st.now ended at `end` (rule 4)
-                k, m, end, n_dec = self.k, self.m, self.end, st.n_dec
-                diter, sum_ctx = st.diter + k, st.sum_ctx + n_dec * k
-                st.contended += k if self.slowed else 0
-                if st.slow:  # a KV pool, a prefix cache, a log or a client books it (a client may add requests)
-                    _book_slow(st, k, m, self.last, st.now, end, diter, n_dec, sum_ctx)
-                else:
-                    if m:
-                        n_dec, sum_ctx = st.first_tokens(m, self.last, end, diter, n_dec, sum_ctx)
-                    st.finish_due(end, diter, n_dec, sum_ctx, None)
-                st.diter = diter
-            now, i, n, waiting = self.end, st.next_i, st.n, st.waiting
-            while i < n and st._t_arr[i] <= now:  # rule 1
-                waiting.push(i)
-                i += 1
-            st.now, st.next_i = now, i
+            if self.k:
+                self._book()  # rule 4
+            now = self.end
+            i = st.arrive(now)  # rule 1
             if now >= self.mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
                 self.mark = self.tape.mark(st, until, busy)
                 now, i = st.now, st.next_i
-            kv = st.kv
-            if not st.n_dec and not st.prefilling.n and not waiting.n and (kv is None or not kv.mode.parked):
-                what = self._idle(now, until, busy)  # (rule 1)
+            if st.idle():
+                what = self._idle(now, until, busy)
                 if what == DONE:
                     return DONE
                 if what == IDLE:
@@ -831,23 +854,43 @@ class Steps:
             if self._compose(now, busy) == SHARED:  # rules 2 and 3
                 what = SHARED
                 break
-            # the step: one iteration, or (fast-forward) the pure-decode iterations up to the next finish, or up
-            # to the first boundary at or after an arrival it could admit, timed in closed form
-            sg, sdg, sh, n_dec = self.sg, self.sdg, self.sh, st.n_dec
-            k, span = 1, (sh if sh > sg else sg)
-            if self.ff and n_dec and not self.m:
-                k = st.kv_run(st.diter, n_dec)  # >= 1: the finished were popped
-                span = run_time(k, sg, sdg, sh)
-                if k > 1 and (n_dec < st.max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
-                    # stop for an arrival it could admit, or before the iteration in flight when a router looks
-                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
-            self.k, self.span, self.end = k, span, now + span
+            self._time(now, i)
             if self.end >= until:
                 what = RUN
                 break
         if what != SHARED:
             self.delay = self.span if self.t_sim == now else delay_to(self.t_sim, self.end)
         return what
+
+    def _book(self) -> None:
+        """Rule 4 for the step in hand, k iterations from st.now ended at `end`: first tokens, finishes.
+        A KV pool, a prefix cache, a log or a client books it (`_book_slow`; a client may add requests)."""
+        st, k, m, end = self.st, self.k, self.m, self.end
+        n_dec = st.n_dec
+        diter, sum_ctx = st.diter + k, st.sum_ctx + n_dec * k
+        st.contended += k if self.slowed else 0
+        if st.slow:
+            _book_slow(st, k, m, self.last, st.now, end, diter, n_dec, sum_ctx)
+        else:
+            if m:
+                n_dec, sum_ctx = st.first_tokens(m, self.last, end, diter, n_dec, sum_ctx)
+            st.finish_due(end, diter, n_dec, sum_ctx, None)
+        st.diter = diter
+
+    def _time(self, now: float, i: int) -> None:
+        """The step from `now`, composed: one iteration, or (fast-forward) the pure-decode iterations up to
+        the next finish, or up to the first boundary at or after an arrival it could admit (i: the next
+        request), timed in closed form (models.engine.batching)."""
+        st, sg, sdg, sh = self.st, self.sg, self.sdg, self.sh
+        n_dec = st.n_dec
+        k, span = 1, (sh if sh > sg else sg)
+        if self.ff and n_dec and not self.m:
+            k = st.kv_run(st.diter, n_dec)  # >= 1: the finished were popped
+            span = run_time(k, sg, sdg, sh)
+            if k > 1 and (n_dec < st.max_seqs or i >= st.n) and span > (gap := st.next_at(i) - now):
+                # stop for an arrival it could admit, or before the iteration in flight when a router looks
+                k, span = reach(gap, sg, sdg, sh, k) if i < st.n else before(gap, sg, sdg, sh, k)
+        self.k, self.span, self.end = k, span, now + span
 
     def _idle(self, now: float, until: float, busy: bool) -> int:
         """Nothing to run at `now`: DONE when nothing will come; else wait for the next request (IDLE),
@@ -856,7 +899,7 @@ class Steps:
         i = st.next_i
         if i >= st.n and st.gate.until == INF:
             return DONE
-        self.k, self.span = 0, _next_at(st, i) - now
+        self.k, self.span = 0, st.next_at(i) - now
         self.end = now + self.span
         tape = self.tape
         if tape:
@@ -904,15 +947,6 @@ class Steps:
             sg, sh = compose(sg, sh, self.f / vf if self.slowed else self.f, st.seq)
         self.sg, self.sdg, self.sh = sg, sdg, sh
         return RUN
-
-
-def _next_at(st: EngineState, i: int) -> float:
-    """When an engine whose next request is i next has one to take: i's arrival, or else a client's
-    next request (inf: none). (A function, not `x if c else y` inline: the compiled core keeps it a C
-    double, where the inline expression would mix a C double and a Python float.)"""
-    if i < st.n:
-        return st._t_arr[i]
-    return st.gate.until
 
 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:

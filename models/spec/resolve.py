@@ -18,7 +18,8 @@ from typing import Any
 from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
-from wadiloco.models.engine.latency import default_latency
+from wadiloco.models.engine.latency import default_latency, table_file, table_law
+from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
@@ -176,7 +177,7 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
     prefix = prefix_spec(sc)
     kv, holder = kv_specs(sc, block_bytes, prefix)
     return EngineSpec(
-        latency=fit.latency() if fit is not None else default_latency(e.latency),
+        latency=latency_law(sc, fit),
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -196,6 +197,16 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
         kv_bytes_per_token=bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes),
         start_delay_s=fit.start_delay_s if fit is not None else None,
     )
+
+
+def latency_law(sc: Scenario, fit: ModelFit | None) -> LatencyLaw:
+    """The GPU step's law (models.engine.laws): an engine profile's model's fit, the measured table
+    (engine.latency_table, or the H200 rows), or the linear or attention fit of the H200 rows."""
+    if fit is not None:
+        return fit.latency().law()
+    if sc.engine.latency == "table":
+        return table_law(table_file(sc.engine.latency_table, sc.base_dir, sc.source))
+    return default_latency(sc.engine.latency).law()
 
 
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:

@@ -13,12 +13,12 @@ in seconds, as in the scenario.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pydantic import BaseModel
 
 from wadiloco.models.cotenant import CotenantPlan, LabelPlan
 from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.laws import LatencyLaw, law_of
 from wadiloco.models.policies import Params, Policy
 from wadiloco.models.spec.load import check_policy_in
 from wadiloco.models.training.interference import InterferenceWeights
@@ -86,7 +86,7 @@ class PrefixSpec:
 class EngineSpec:
     """Every sidecar's engine: the iteration's laws and sizes."""
 
-    latency: Any  # the GPU step's law (models.engine.latency): a + b*prefill + c*sum_ctx + d*batch or a profile's
+    latency: LatencyLaw  # the GPU step's law (models.engine.laws): linear, attention, a table, or a profile's fit
     host_s: float  # fixed host time per iteration (0 under a profile's model: its law is the whole iteration)
     step: EngineStep
     max_num_seqs: int
@@ -279,5 +279,5 @@ class RunSpec:
         return replace(self, policy=replace(self.policy, cls=cls, params=params))
 
     def with_latency(self, latency) -> RunSpec:
-        """The same run with another GPU step law (tests, metamorphic checks)."""
-        return replace(self, engine=replace(self.engine, latency=latency))
+        """The same run with another GPU step law (tests, metamorphic checks; a fitted model: its law)."""
+        return replace(self, engine=replace(self.engine, latency=law_of(latency)))

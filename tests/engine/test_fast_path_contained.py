@@ -3,11 +3,14 @@
 The engine's sources are plain Python: no Cython import, directive or type file beside them, no
 compiled module's name; the compiled twins (setup.py builds them into models/engine/_fast from the
 sources manifest.py lists) import each other relatively, as the pure modules do, so both cores run the
-same classes; and every compiled source has its C types in _fast/.
+same classes; and every compiled source has its C types in _fast/. No code bends to the compiler: no
+`x != x` for a NaN test (math.isnan says it), and nothing reaches into a compiled class's private
+fields or methods (its typed views and counters) from outside the class.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from importlib import import_module
 from pathlib import Path
@@ -81,3 +84,46 @@ def test_both_cores_run_the_same_classes():
         package = type(st).__module__.rsplit(".", 1)[0]
         assert {type(v).__module__.rsplit(".", 1)[0] for v in held.values()} == {package}
         assert package in (PACKAGE, "wadiloco.models.engine")
+
+
+def private_names() -> set[str]:
+    """The private fields and methods the compiled classes declare (`cdef ... _name` in the .pxd files)."""
+    names = set()
+    for pxd in FAST.glob("*.pxd"):
+        for line in pxd.read_text().splitlines():
+            if re.match(r"\s+c?p?def ", line) and not line.lstrip().startswith("cdef class"):
+                names |= set(re.findall(r"\b(_[A-Za-z]\w*)\b", line.split("(self")[0]))
+    return names
+
+
+def reaches(tree: ast.AST, names: set[str]):
+    """obj._name for a private name of `names` on anything but self."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                yield node
+
+
+def self_compared(tree: ast.AST):
+    """x != x and x == x (a NaN test by the compiler's idiom)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            if ast.dump(node.left) == ast.dump(node.comparators[0]):
+                yield node
+
+
+def test_no_code_bends_to_the_compiler():
+    names = private_names()
+    assert {"_t_arr", "_cnt", "_a", "_head_nb"} <= names  # (the parse finds the typed views)
+    found = []
+    for p in outside_fast("*.py"):
+        tree = ast.parse(p.read_text())
+        found += [f"{p.relative_to(ROOT)}:{n.lineno} {ast.unparse(n)}" for n in reaches(tree, names)]
+        found += [f"{p.relative_to(ROOT)}:{n.lineno} {ast.unparse(n)}" for n in self_compared(tree)]
+    assert not found, f"compiler-driven code outside models/engine/_fast: {found}"
+
+
+def test_the_checks_fire():
+    tree = ast.parse("def f(st, x):\n    y = st._t_arr[0]\n    return x != x or self._cnt\n")
+    assert [ast.unparse(n) for n in reaches(tree, {"_t_arr", "_cnt"})] == ["st._t_arr"]
+    assert [ast.unparse(n) for n in self_compared(tree)] == ["x != x"]

@@ -46,10 +46,23 @@ cdef class EngineState:
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
+    # rule 1: arrivals, and when the next one is
+    @cython.locals(i=cython.longlong, n=cython.longlong, waiting=RingFifo)
+    cpdef long long arrive(self, double now) except? -1
+
+    @cython.locals(kv=KVPool)
+    cpdef bint idle(self) except -1
+
+    cpdef double next_at(self, long long i) except? -1.0
+
     # the prefill chunks: (m, last, pf), no list (a step's chunks go to the first m of prefilling)
+    @cython.locals(m=cython.longlong, take=cython.longlong, rid=cython.longlong, j=cython.longlong,
+                   prefilling=RingFifo)
+    cpdef (long long, long long, long long) continuing(self, long long budget)
+
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
-                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
+                   rid=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong,
@@ -107,9 +120,12 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
-                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong, j=cython.longlong,
+                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
                    prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
+
+    @cython.locals(kv=KVPool, got=cython.longlong, hit=cython.longlong, tok=cython.longlong)
+    cpdef long long asks(self, long long rid, long long p, long long epoch) except? -2
 
 
 cdef int IDLE, RUN, SHARED, DONE  # what Steps.advance hands serve (C constants)
@@ -124,12 +140,17 @@ cdef class Steps:
     cdef public long long k, m, last
     cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark, span
 
-    @cython.locals(st=EngineState, kv=KVPool, until=cython.double, now=cython.double, what=cython.int,
-                   busy=cython.bint, i=cython.longlong, n=cython.longlong, waiting=RingFifo, sg=cython.double,
-                   sdg=cython.double, sh=cython.double, k=cython.longlong, span=cython.double,
-                   n_dec=cython.longlong, gap=cython.double, m=cython.longlong, end=cython.double,
-                   diter=cython.longlong, sum_ctx=cython.longlong)
+    @cython.locals(st=EngineState, until=cython.double, now=cython.double, what=cython.int, busy=cython.bint,
+                   i=cython.longlong)
     cpdef int advance(self) except -1
+
+    @cython.locals(st=EngineState, k=cython.longlong, m=cython.longlong, end=cython.double, n_dec=cython.longlong,
+                   diter=cython.longlong, sum_ctx=cython.longlong)
+    cdef void _book(self)
+
+    @cython.locals(st=EngineState, sg=cython.double, sdg=cython.double, sh=cython.double, n_dec=cython.longlong,
+                   k=cython.longlong, span=cython.double, gap=cython.double)
+    cdef void _time(self, double now, long long i)
 
     @cython.locals(st=EngineState, i=cython.longlong, r=cython.double)
     cdef int _idle(self, double now, double until, bint busy) except -2
@@ -139,9 +160,6 @@ cdef class Steps:
                    g0=cython.double, dg=cython.double, h=cython.double, vf=cython.double, vg=cython.double,
                    vh=cython.double, sg=cython.double, sh=cython.double, sdg=cython.double)
     cdef inline int _compose(self, double now, bint busy) except -1
-
-
-cdef double _next_at(EngineState st, long long i) except? -1.0
 
 
 # a step of an engine with a KV pool, a prefix cache, a log or a client (which may grow the input arrays: no views)
