@@ -62,7 +62,7 @@ class LatencyLaw:
 
 
 class LinearLaw(LatencyLaw):
-    """t = a + b*prefill_tokens + c*sum_ctx + d*batch, batch = decoders + chunks (SPEC.md's law)."""
+    """t = a + b*prefill_tokens + c*sum_ctx + d*batch, batch = decoders + chunks (the design card's law)."""
 
     __slots__ = ("a", "b", "c", "d")
 

@@ -233,8 +233,8 @@ class EngineConfig(Strict):
         None,
         description="The measured step times of engine.latency: table, a JSON file in the calibration file's "
         "shape (latency_model.decode rows: batch, ctx, p50_ms; latency_model.prefill rows: tokens, p50_ms), "
-        "relative to the scenario; null: the H200 calibration's rows. Unit: a path. Source: the file's own "
-        "measurements.",
+        "relative to the scenario; null: the H200 calibration's rows. Unit: a path. Source: the scenario (a "
+        "file of the user's measurements).",
     )
     kv_blocks: int | None = Field(
         None,
