@@ -16,6 +16,7 @@ import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shipped import load_shipped
 
 from wadiloco.benchmarks.harness import run_engine
 from wadiloco.models.engine._fast import KVPool, PrefixCache  # the classes the running core takes (compiled or pure)
@@ -135,9 +136,7 @@ def test_kv_conservation_with_shared_blocks_and_the_check_fires():
 
 
 def _mooncake(extra: dict):
-    if not MOONCAKE.is_file():
-        pytest.skip("the Mooncake trace is not next to the checkout")
-    sc = load_scenario(ROOT / "scenarios" / "mooncake_synthetic.yaml")
+    sc = load_shipped(ROOT / "scenarios" / "mooncake_synthetic.yaml")  # skips without the trace
     base = {
         "horizon_s": 30.0,
         "drain_s": 30.0,
