@@ -55,6 +55,14 @@ def never_rejects(kv, prompt, output) -> bool:
     return int(-(-last.max() // kv.bs)) + kv.wm <= kv.pool - kv.reserved - kv.hold
 
 
+def grown(a, more: int) -> array:
+    """A copy of array `a` with `more` zero slots after it: a new array (the compiled pool holds a
+    typed view of the old one, whose buffer cannot be resized)."""
+    out = array("q", [a[j] for j in range(len(a))])
+    out.frombytes(bytes(8 * more))
+    return out
+
+
 class KVPool:
     """One engine's block pool. `cap` = pool - reserved (merge buffers and a prefix cache holding GPU
     memory); `used` counts the blocks held by running requests (less those a prefix cache holds for
@@ -64,13 +72,10 @@ class KVPool:
     (blocks swapped out and in, with a mode that copies). `mode`: what preemption does with a decoder
     (models.engine.preemption, engine.preemption)."""
 
-    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "orig") + (
-        "run_nxt",
-        "run_prv",
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "_cnt", "used", "orig") + (
         "_run_nxt",
         "_run_prv",
         "n_running",
-        "share",
         "_share",
         "mode",
         "hold",
@@ -96,16 +101,14 @@ class KVPool:
         if self.cap < 1:
             raise ValueError(f"merge buffers ({reserved} blocks) leave no KV block of the pool's {pool}")
         self.wm = math.floor(watermark * pool)  # vLLM V0: watermark_blocks = watermark x num_gpu_blocks
-        self.cnt = array("q", bytes(8 * block_size))  # decoders by phase
-        self._cnt = self.cnt  # (the compiled pool's typed view of it: kv.pxd)
+        self._cnt = array("q", bytes(8 * block_size))  # decoders by phase (`cnt`)
         self.used = 0
         # the running requests in (re)admission order (preemption picks the last): a list linked through
         # request r's node r + 1 (`run_nxt`, `run_prv`; node 0 is its head and tail), and per request the
-        # blocks a prefix cache holds for it (`share`: held once, for all; 0 when it is not running).
+        # blocks a prefix cache holds for it (`_share`: held once, for all; 0 when it is not running).
         # Arrays over request ids, not dicts: every admission and finish updates them, and a typed
         # array does it without boxing the id. The engine sizes them (`room`) as its requests grow.
-        self.run_nxt, self.run_prv, self.share = array("q", [0]), array("q", [0]), array("q")
-        self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share  # (typed views: kv.pxd)
+        self._run_nxt, self._run_prv, self._share = array("q", [0]), array("q", [0]), array("q")
         self.n_running = 0
         self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
         self.preemptions = self.rejected = 0
@@ -126,13 +129,10 @@ class KVPool:
     # -- the running requests (by request id) --------------------------------------------------
     def room(self, n: int) -> None:
         """Room for requests 0 .. n-1 (the engine calls it as its request arrays grow)."""
-        more = n - len(self.share)
+        more = n - len(self._share)
         if more > 0:
-            self._run_nxt = self._run_prv = self._share = None  # (an array with a view cannot grow)
-            zeros = array("q", bytes(8 * more))
-            for a in (self.run_nxt, self.run_prv, self.share):
-                a.extend(zeros)
-            self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share
+            self._run_nxt, self._run_prv = grown(self._run_nxt, more), grown(self._run_prv, more)
+            self._share = grown(self._share, more)
 
     def run_add(self, rid: int) -> None:
         """Request rid runs (admitted, re-admitted or swapped in): it becomes the last."""
@@ -156,7 +156,7 @@ class KVPool:
     @property
     def running(self) -> dict[int, None]:
         """The running requests in (re)admission order (a copy: for checks and tests)."""
-        out, nxt = {}, self.run_nxt
+        out, nxt = {}, self._run_nxt
         s = nxt[0]
         while s:
             out[s - 1] = None
@@ -171,7 +171,12 @@ class KVPool:
     @property
     def shared(self) -> dict[int, int]:
         """Request -> its blocks the prefix cache holds, for requests that have some (a copy)."""
-        return {rid: b for rid, b in enumerate(self.share) if b}
+        return {rid: self._share[rid] for rid in range(len(self._share)) if self._share[rid]}
+
+    @property
+    def cnt(self) -> list[int]:
+        """The decoders by block phase (a copy: for checks and tests)."""
+        return [self._cnt[p] for p in range(self.bs)]
 
     # -- the engine's bookkeeping (models.engine.serving, models.engine.preemption) ------------------------
     def blocks(self, tokens: int) -> int:

@@ -102,10 +102,11 @@ def test_closed_forms_against_brute_force():
         kv = KVPool(50, bs)
         n = rnd.randint(1, 5)
         for _ in range(n):
-            kv.cnt[rnd.randrange(bs)] += 1
+            kv.enter(rnd.randrange(bs))  # a decoder of that phase
         kv.used = rnd.randint(0, 50)
         t0, k = rnd.randint(0, 60), rnd.randint(1, 80)
-        takes = [kv.cnt[(t0 + j) % bs] for j in range(2000)]
+        cnt = kv.cnt
+        takes = [cnt[(t0 + j) % bs] for j in range(2000)]
         assert [kv.need(m, t0, n) for m in range(25)] == [sum(takes[:m]) for m in range(25)]
         m = 0
         while sum(takes[: m + 1]) <= 50 - kv.used:

@@ -8,18 +8,18 @@ import cython
 
 cpdef long long blocks(long long tokens, long long bs) except? -1
 
+@cython.locals(j=cython.Py_ssize_t)
+cpdef grown(object a, long long more)
+
 from .preemption cimport Preemption  # (after `blocks`: preemption.pxd cimports serving.pxd, which cimports it)
 
 
 cdef class KVPool:
     cdef public long long bs, pool, reserved, cap, wm, used, preemptions, rejected, sum_used, sum_cap, need_now
     cdef public long long hold, copy, copied
-    cdef public object cnt
-    cdef long long[:] _cnt
+    cdef long long[:] _cnt, _run_nxt, _run_prv, _share
     cdef public dict orig
     cdef public Preemption mode
-    cdef public object run_nxt, run_prv, share
-    cdef long long[:] _run_nxt, _run_prv, _share
     cdef public long long n_running
     cdef public bint holding, held
     cdef public double peak
