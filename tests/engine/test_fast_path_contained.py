@@ -127,3 +127,27 @@ def test_the_checks_fire():
     tree = ast.parse("def f(st, x):\n    y = st._t_arr[0]\n    return x != x or self._cnt\n")
     assert [ast.unparse(n) for n in reaches(tree, {"_t_arr", "_cnt"})] == ["st._t_arr"]
     assert [ast.unparse(n) for n in self_compared(tree)] == ["x != x"]
+
+
+def shadows(tree: ast.AST):
+    """(class, name) of every `self._x = self.x` (a typed view kept beside the array it views)."""
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                pairs = zip(*(e.elts if isinstance(e, ast.Tuple) else [e] for e in (node.targets[0], node.value)))
+                for t, v in pairs:
+                    if isinstance(t, ast.Attribute) and isinstance(v, ast.Attribute) and t.attr == "_" + v.attr:
+                        yield cls.name, v.attr
+
+
+def test_only_the_engine_state_keeps_views_beside_its_arrays():
+    """The engine's per-request arrays are read outside it as what they are (numpy results; arrivals and
+    token counts as array('d'/'q'), appended to by a router or a client, compared byte for byte by a
+    tape), which a typed view is not: EngineState keeps both, its views private. Every other compiled
+    class holds its typed arrays only (a copy for checks and tests: `KVPool.cnt`, `shared`)."""
+    found = set()
+    for src in COMPILED:
+        found |= {cls for cls, _ in shadows(ast.parse((ROOT / "models" / f"{src}.py").read_text()))}
+    assert found == {"EngineState"}
+    tree = ast.parse("class A:\n    def f(self):\n        self._a, self.b = self.a, 1\n")
+    assert list(shadows(tree)) == [("A", "a")]
