@@ -21,7 +21,8 @@ from wadiloco.models.engine import catalog
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.catalog import GPU, ModelShape
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
-from wadiloco.models.engine.latency import default_latency
+from wadiloco.models.engine.latency import default_latency, table_file, table_law
+from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.physics import PhysicsLaw
 from wadiloco.models.engine.physics_fit import default_coefficients
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
@@ -184,14 +185,8 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
     block_bytes = e.kv_block_size * per_token
     prefix = prefix_spec(sc)
     kv, holder = kv_specs(sc, block_bytes, prefix)
-    if fit is not None:
-        latency = fit.latency()
-    elif served is not None:
-        latency = PhysicsLaw(*served, e.tensor_parallel, default_coefficients())
-    else:
-        latency = default_latency(e.latency)
     return EngineSpec(
-        latency=latency,
+        latency=latency_law(sc, fit, served),
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -245,6 +240,19 @@ def physics_pool(sc: Scenario, block_bytes: int) -> int:
     return blocks
 
 
+def latency_law(sc: Scenario, fit: ModelFit | None, served: tuple | None = None) -> LatencyLaw:
+    """The GPU step's law (models.engine.laws): an engine profile's model's fit, the physics law of the
+    served model on its GPU (models.engine.physics), the measured table (engine.latency_table, or the
+    H200 rows), or the linear or attention fit of the H200 rows."""
+    if fit is not None:
+        return fit.latency().law()
+    if served is not None:
+        return PhysicsLaw(*served, sc.engine.tensor_parallel, default_coefficients())
+    if sc.engine.latency == "table":
+        return table_law(table_file(sc.engine.latency_table, sc.base_dir, sc.source))
+    return default_latency(sc.engine.latency).law()
+
+
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:
     """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs;
     none under an engine profile's model (its fitted law is the whole iteration: GPU-bound twin)."""
@@ -284,15 +292,15 @@ def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVS
     if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
         reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
     watermark = 0.0 if physics else e.kv_watermark  # (vLLM V1 keeps none)
-    kv = KVSpec(pool, e.kv_block_size, watermark, reserved, 0, e.preemption == "swap")
+    kv = KVSpec(pool, e.kv_block_size, watermark, reserved, 0, e.preemption)
     if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
         return kv, kv
     m = sc.merge
     shard = sc.training.params / sc.fleet.hosts_per_island
     hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
     if e.merge_memory == "always":
-        return kv, KVSpec(pool, e.kv_block_size, watermark, reserved + hold, 0, kv.swap)
-    return kv, KVSpec(pool, e.kv_block_size, watermark, reserved, hold, kv.swap)
+        return kv, KVSpec(pool, e.kv_block_size, watermark, reserved + hold, 0, kv.preemption)
+    return kv, KVSpec(pool, e.kv_block_size, watermark, reserved, hold, kv.preemption)
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:

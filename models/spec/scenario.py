@@ -225,13 +225,22 @@ class EngineConfig(Strict):
         "(host_overhead_s and cuda_graphs unused; prefill tokens cost nothing beyond their iteration). Source: "
         "model catalogue; the profile's own data.",
     )
-    latency: Literal["linear", "attention", "physics"] = Field(
+    latency: Literal["linear", "attention", "table", "physics"] = Field(
         "linear",
         description="The GPU step's latency law: linear = a + b*prefill + c*sum_ctx + d*batch (R^2 0.960); "
         "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%); "
+        "table = measured step times interpolated, no fitted form (engine.latency_table; docs/engine.md); "
         "physics = the step's FLOPs, bytes and all-reduces for engine.model on engine.gpu with "
         "engine.tensor_parallel, at efficiencies fitted once for every model and GPU (docs/serving_validation.md). "
-        "Source: design card (the linear law); H200 calibration (both fits); vLLM on H100 (physics).",
+        "Source: design card (the linear law); H200 calibration (both fits, and the table's default rows); vLLM "
+        "on H100 (physics).",
+    )
+    latency_table: str | None = Field(
+        None,
+        description="The measured step times of engine.latency: table, a JSON file in the calibration file's "
+        "shape (latency_model.decode rows: batch, ctx, p50_ms; latency_model.prefill rows: tokens, p50_ms), "
+        "relative to the scenario; null: the H200 calibration's rows. Unit: a path. Source: the scenario (a "
+        "file of the user's measurements).",
     )
     gpu: str | None = Field(
         None,
@@ -334,6 +343,8 @@ class EngineConfig(Strict):
                 f"max_num_seqs ({self.max_num_seqs}), as in vLLM: every running sequence decodes "
                 "one token per step"
             )
+        if self.latency_table is not None and self.latency != "table":
+            raise ValueError("engine.latency_table holds the step times of engine.latency: table; set it too")
         pool = self.kv_blocks is not None or self.gpu_memory_gb is not None or self.latency == "physics"
         if self.preemption != "recompute" and not pool:
             raise ValueError("engine.preemption swap preempts KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
@@ -965,6 +976,7 @@ OPT_IN_FIELDS = (
     "engine.latency",
     "engine.gpu",
     "engine.tensor_parallel",
+    "engine.latency_table",
     "merge.serialize_threads",
     "engine.kv_blocks",
     "engine.kv_block_size",
