@@ -27,11 +27,13 @@ def run_engine(
     kv=None,
     prefix=None,
     lookahead: bool = False,
+    limits: tuple = (False, 0, math.inf, False),
 ) -> tuple[Sidecar, simpy.Environment]:
     """Serve `arrivals` (models.workload.kinds.Arrivals) until every request is done (or `until`).
     `lookahead`: the engine books its steps without a SimPy event each, up to `until` (what a fleet's
     lookahead bound is for an engine nothing else reads or touches: sim/lookahead.py); else it yields
-    at every step, as with the bound off."""
+    at every step, as with the bound off. `limits`: vLLM V1's (async scheduling, max_model_len, the client's
+    time-out, the prefix cache in the pool: sim.engine.Sidecar)."""
     env = simpy.Environment()
     gpu = Fabric(env, "bench/gpu0").link("gpu0", 1.0)
     cpu = Fabric(env, "bench/cpu").link("cpu", 1.0)
@@ -52,6 +54,7 @@ def run_engine(
         kv=kv,
         prefix=prefix,
         lookahead=_bound(math.inf if until is None else until) if lookahead else None,
+        limits=limits,
     )
     env.run(until)
     return sc, env

@@ -83,6 +83,7 @@ class Sidecar:
         prefix: PrefixCache | None = None,
         pcie: Link | None = None,
         block_bytes: int = 0,
+        limits: tuple[bool, int, float, bool] = (False, 0, math.inf, False),
     ):
         self.env = env
         self.idx = idx
@@ -98,6 +99,10 @@ class Sidecar:
             kv=kv,
             prefix=prefix,
             hashes=getattr(arrivals, "hashes", None) if prefix is not None else None,
+            lag=limits[0],
+            max_len=limits[1],
+            patience=limits[2],
+            pooled=limits[3],
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")

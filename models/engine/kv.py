@@ -201,6 +201,11 @@ class KVPool:
         """A prefix cache holds k of request rid's blocks (counted once, by the cache)."""
         self._share[rid] = k
 
+    def adopt(self, rid: int, n: int) -> None:
+        """n more of request rid's blocks are a prefix cache's now (in the pool: held once, by the cache)."""
+        self._share[rid] += n
+        self.used -= n
+
     def free(self, rid: int, nb: int) -> None:
         """Request rid, which held nb blocks, stops running: its own blocks go back (not the cache's)."""
         self.used -= nb - self._share[rid]
@@ -231,10 +236,10 @@ class KVPool:
         q, r = m // self.bs, m % self.bs
         return q * n_dec + (self._partial(t0 % self.bs, r) if r else 0)
 
-    def safe_iters(self, t0: int, n_dec: int) -> int:
-        """The most iterations from t0 whose blocks fit in the free ones (the first always does:
-        the engine made room for it)."""
-        free, bs = self.cap - self.used, self.bs  # (self._cnt read through self: a local view costs two atomics a call)
+    def safe_iters(self, t0: int, n_dec: int, held: int = 0) -> int:
+        """The most iterations from t0 whose blocks fit in the free ones, less `held` (a prefix cache's in
+        the pool: models.engine.prefix) (the first always does: the engine made room for it)."""
+        free, bs = self.cap - self.used - held, self.bs  # (self._cnt read through self: a local view costs atomics)
         q, r = free // n_dec, free % n_dec  # (not divmod: the compiled pool computes these in C)
         p, j, s = t0 % bs, 0, 0  # p: the phase of iteration t0 + j (a wrapping index: no division per step)
         while j < bs:

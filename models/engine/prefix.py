@@ -38,7 +38,7 @@ class PrefixCache:
     this module (prefix.pxd): every admission, prefill and finish asks it."""
 
     __slots__ = ("capacity", "block_tokens", "size", "bits")
-    __slots__ += ("hit_tokens", "prompt_tokens", "epoch", "_key", "_prv", "_nxt", "_pin", "_tab")
+    __slots__ += ("hit_tokens", "prompt_tokens", "epoch", "_key", "_prv", "_nxt", "_pin", "_tab", "pinned")
 
     def __init__(self, capacity: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
         if capacity < 1 or block_tokens < 1:
@@ -50,6 +50,7 @@ class PrefixCache:
         self._table(7)
         self.hit_tokens = self.prompt_tokens = 0
         self.epoch = 0  # moves whenever the set of cached hashes changes: `lookup`'s answers hold until then
+        self.pinned = 0  # entries some running request pins (in a pool's blocks: `adopt`)
 
     # -- storage ---------------------------------------------------------------------------------
     def _slots(self, n: int) -> None:
@@ -164,13 +165,16 @@ class PrefixCache:
         for j in range(k):
             s = self._find(hashes[j])
             self._to_end(s)
+            self.pinned += self._pin[s] == 0
             self._pin[s] += 1
 
     def release(self, hashes, k: int) -> None:
         """The request that acquired these k blocks finished or was preempted: they are unpinned (and
         stay cached)."""
         for j in range(k):
-            self._pin[self._find(hashes[j])] -= 1
+            s = self._find(hashes[j])
+            self._pin[s] -= 1
+            self.pinned -= self._pin[s] == 0
 
     def insert(self, hashes) -> None:
         """A prompt with these block hashes has been computed: each block becomes the most recently
@@ -201,6 +205,68 @@ class PrefixCache:
             last = self._prv[0]  # linked in as the most recently used
             self._prv[s], self._nxt[s] = last, 0
             self._nxt[last] = self._prv[0] = s
+
+    # -- in a KV pool (vLLM V1: the cache is the pool's free blocks, engine.prefix_caching) ------------------
+    def unpinned(self, hashes, k: int) -> int:
+        """How many of the cached first k blocks of `hashes` no request pins (a hit on them takes free blocks)."""
+        n = 0
+        for j in range(k):
+            n += self._pin[self._find(hashes[j])] == 0
+        return n
+
+    def adopt(self, hashes, k: int, blocks: int) -> int:
+        """A request that pins the first k blocks of `hashes` has computed its first `blocks`: those after k
+        that are not cached become entries, its own blocks now, pinned by it, as the most recently used, up
+        to the first one cached already (another request's copy: it keeps its own, uncached); how many."""
+        self._room(blocks - k)
+        n = 0
+        for j in range(k, blocks):
+            h = hashes[j]
+            if self._find(h) or self.size >= self.capacity:
+                break
+            s = self.size = self.size + 1
+            self._key[s] = h
+            self._put(h, s)
+            self._pin[s] = 1
+            last = self._prv[0]
+            self._prv[s], self._nxt[s] = last, 0
+            self._nxt[last] = self._prv[0] = s
+            n += 1
+        if n:
+            self.pinned += n
+            self.epoch += 1
+        return n
+
+    def evict(self, n: int) -> None:
+        """The n least recently used entries no request pins leave (their blocks are taken: vLLM's free queue
+        hands out its oldest blocks first); the last slot moves into each freed one."""
+        s = self._nxt[0]
+        while n > 0 and s:
+            nxt = self._nxt[s]
+            if not self._pin[s]:
+                self._remove(s)
+                if nxt == self.size + 1:  # (the last slot moved into s: it is next)
+                    nxt = s
+                n -= 1
+            s = nxt
+        self.epoch += 1
+
+    def _remove(self, s: int) -> None:
+        """Entry s leaves: unlinked, out of the table, and the last slot moved into s (slots stay 1..size)."""
+        self._drop(self._key[s])
+        p, q = self._prv[s], self._nxt[s]
+        self._nxt[p], self._prv[q] = q, p
+        last = self.size
+        self.size = last - 1
+        if last == s:
+            return
+        h = self._key[last]
+        self._drop(h)
+        self._key[s], self._pin[s] = h, self._pin[last]
+        p, q = self._prv[last], self._nxt[last]
+        self._prv[s], self._nxt[s] = p, q
+        self._nxt[p] = self._prv[q] = s
+        self._put(h, s)
 
     def hit_rate(self) -> float:
         """Prompt tokens served from the cache over prompt tokens, at first admissions."""

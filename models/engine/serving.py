@@ -162,7 +162,7 @@ class Counts(NamedTuple):
     decoding: int
     not_arrived: int
     finished: int
-    rejected: int = 0  # too long ever to fit the KV pool (models.engine.kv)
+    rejected: int = 0  # too long ever to fit the KV pool (models.engine.kv) or max_model_len, or abandoned
 
 
 def packed(x, code: str, dtype) -> array:
@@ -209,6 +209,14 @@ class EngineState:
         # the result arrays again, as the engine writes them, and the input arrays as it reads them (the
         # compiled core's typed views: serving.pxd; `_views`); an input array grows only with its views dropped
         + ("_admitted", "_first_token", "_finish", "_t_arr", "_prompt", "_output", "_prefilled")
+        # vLLM V1's limits (engine.async_scheduling, engine.max_model_len, the client's time-out): arrivals
+        # reach the schedule one iteration late (`lag`), requests longer than `max_len` are refused, requests
+        # sent `patience` ago or more are abandoned (waiting: at the queue's head; running: aborted), counted;
+        # `live` marks the running requests, `alive` holds them by request id (= by arrival: a deadline heap)
+        + ("lag", "limits", "max_len", "patience", "refused", "abandoned", "live", "_live", "alive")
+        # the prefix cache in the pool's free blocks (vLLM V1, engine.prefix_caching): a computed prompt's blocks
+        # become its entries, pinned while it runs, and stay cached when it goes until their blocks are taken
+        + ("pooled",)
     )
 
     def __init__(
@@ -226,6 +234,10 @@ class EngineState:
         cached=None,
         prefix: PrefixCache | None = None,
         hashes=None,
+        lag: bool = False,
+        max_len: int = 0,
+        patience: float = INF,
+        pooled: bool = False,
     ):
         self.kv = kv
         # `serve` books steps with _book_slow (a KV pool, a prefix cache, a client, a log, a router)
@@ -238,6 +250,7 @@ class EngineState:
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
         self.px = prefix
         self._requests(t, prompt, output, cached, hashes)
+        self._v1(lag, max_len, patience, pooled)
         self.next_i = 0  # next arrival not yet pulled into `waiting`
         self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
         self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
@@ -275,6 +288,7 @@ class EngineState:
         # (0 after); the prefix cache's blocks it pins (0: none, and nothing for `px.release` to do)
         self.skipped = array("q", bytes(8 * n))
         self.pinned = array("q", bytes(8 * n))
+        self.live = array("q", bytes(8 * n))  # 1 while it runs (admitted, not done, preempted or abandoned)
         self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
         self.hashes = None if hashes is None else list(hashes)
         if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
@@ -286,6 +300,19 @@ class EngineState:
         del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
         self._views()
         self._grow()  # (the input arrays' views)
+
+    def _v1(self, lag: bool, max_len: int, patience: float, pooled: bool) -> None:
+        """vLLM V1's limits (the slots' comment): none of them is the default engine's."""
+        self.lag, self.max_len, self.patience = lag, (max_len if max_len > 0 else 1 << 62), patience
+        self.refused = self.abandoned = 0
+        self.limits = max_len > 0 or patience < INF  # (admission asks `_gone` only then)
+        self.alive = KeyHeap()
+        self.pooled = pooled
+        px, kv = self.px, self.kv
+        if pooled and (px is None or kv is None or px.block_tokens != kv.bs):
+            raise ValueError("a prefix cache in the pool's free blocks needs a pool and blocks of its size")
+        if patience < INF and kv is not None and kv.mode.copies:
+            raise ValueError("a client's time-out aborts requests the engine holds: preemption must recompute")
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -328,13 +355,14 @@ class EngineState:
             # (new arrays, never resized in place: the compiled core holds views of them)
             zeros = array("q", bytes(8 * (cap - len(self.prefilled))))
             self.prefilled, self.skipped = self.prefilled + zeros, self.skipped + zeros
-            self.pinned = self.pinned + zeros
+            self.pinned, self.live = self.pinned + zeros, self.live + zeros
             self._views()
         self._t_arr, self._prompt, self._output = self.t_arr, self.prompt, self.output  # (`_unview` dropped them)
 
     def _views(self) -> None:
         self._admitted, self._first_token, self._finish = self.admitted, self.first_token, self.finish
         self._prefilled, self._skipped, self._pinned = self.prefilled, self.skipped, self.pinned
+        self._live = self.live
         if self.kv is not None:
             self.kv.room(len(self.finish))  # (the pool's per-request arrays: as many as the results')
 
@@ -380,7 +408,7 @@ class EngineState:
         """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
         arrived = bisect_right(self.t_arr, now)
         waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.mode.parked) if self.kv is not None else 0)
-        rejected = self.kv.rejected if self.kv is not None else 0
+        rejected = (self.kv.rejected if self.kv is not None else 0) + self.refused + self.abandoned
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
     def tally(self, t: float, seen: int, adm: int, fin: int) -> tuple[int, int, int, int]:
@@ -403,11 +431,11 @@ class EngineState:
         return seen, adm, fin, done
 
     # -- rule 1 ---------------------------------------------------------------------------------
-    def arrive(self, now: float) -> int:
-        """Every request that has arrived by `now` waits. Publishes `now` and the next arrival's index,
-        and returns that index."""
+    def arrive(self, now: float, seen: float) -> int:
+        """Every request that has arrived by `seen` (`now`; with async scheduling, when the step in flight
+        began) waits. Publishes `now` and the next arrival's index, and returns that index."""
         i, n, waiting = self.next_i, self.n, self.waiting
-        while i < n and self._t_arr[i] <= now:
+        while i < n and self._t_arr[i] <= seen:
             waiting.push(i)
             i += 1
         self.now, self.next_i = now, i
@@ -453,8 +481,11 @@ class EngineState:
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         while waiting.n and budget > 0 and room > 0:
             rid = waiting.pop_front()
+            if self.limits and self._gone(rid, now):
+                continue
             self._admitted[rid] = now
             prefilling.push(rid)
+            self._run(rid)
             if start:
                 got, hit, tok = self.skip(rid)
                 self.take_cached(rid, True, got, hit, tok)
@@ -523,6 +554,7 @@ class EngineState:
             if out <= 1:
                 self._finish[rid] = end
                 self.n_finished += 1
+                self._live[rid] = 0
                 if kv is not None:
                     self.release(rid, -1)
                 elif self.px is not None:
@@ -554,6 +586,7 @@ class EngineState:
             rid = x - (due << 32)  # (x & 0xFFFFFFFF; the compiled core has no 64-bit literal in C)
             self._finish[rid], n_dec, sum_ctx = end, n_dec - 1, sum_ctx - self._prompt[rid] - self._output[rid]
             self.n_finished += 1
+            self._live[rid] = 0
             if kv is not None:
                 self.release(rid, due)
             elif px is not None:
@@ -579,6 +612,9 @@ class EngineState:
         o = kv.orig.get(rid) if kv is not None and kv.orig else None
         own = o[0] if o is not None else p
         tok = min(k * px.block_tokens, own, p - 1)
+        if self.pooled:  # (the blocks it pins are the blocks it uses)
+            k = tok // px.block_tokens
+            tok = k * px.block_tokens
         return (given if given > tok else tok), k, tok
 
     def take_cached(self, rid: int, first: bool, got: int, k: int, tok: int) -> None:
@@ -611,7 +647,14 @@ class EngineState:
         px = self.px
         if px is not None and self.hashes is not None:
             hs = self.hashes[rid]
-            if hs:
+            if hs and self.pooled:  # its own full prompt blocks become entries, pinned by it
+                k = self._pinned[rid]
+                full = min(len(hs), self._prompt[rid] // px.block_tokens)
+                a = px.adopt(hs, k, full) if full > k else 0
+                if a:
+                    self._pinned[rid] = k + a
+                    self.kv.adopt(rid, a)
+            elif hs:
                 px.insert(hs)
 
     # -- KV-cache blocks (models.engine.kv; only with a pool) -------------------------------------------
@@ -639,7 +682,7 @@ class EngineState:
         need = kv.crossing(t) if n_dec else 0
         if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.engine.kv apply_hold)
             kv.apply_hold()
-        while kv.used + need > kv.cap and kv.n_running:
+        while kv.used + need + self._held() > kv.cap and kv.n_running:
             n_dec, sum_ctx, need = self._preempt(kv.last_running(), t, n_dec, sum_ctx, need)
         kv.need_now = need
         self.n_dec, self.sum_ctx = n_dec, sum_ctx
@@ -654,6 +697,7 @@ class EngineState:
         kv, prompt, output = self.kv, self.prompt, self.output
         kv.run_del(rid)
         kv.preemptions += 1
+        self._live[rid] = 0
         self.requeued.append(self.now)
         if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
             self.cached[rid] = 0
@@ -684,22 +728,26 @@ class EngineState:
         budget0 = self.budget
         m, take, budget = self.continuing(budget0 - n_dec)
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
-        free = kv.cap - kv.used - kv.need_now - kv.wm
+        free = kv.cap - kv.used - kv.need_now - kv.wm - self._held()
         epoch = self.px.epoch if self.px is not None else 0
         while waiting.n and budget > 0 and room > 0 and not kv.mode.parked:
             rid = waiting.at(0)
+            if self.limits and self._gone(rid, now):
+                waiting.pop_front()
+                continue
             p = self._prompt[rid]
             nb = self.asks(rid, p, epoch)
             if nb < 0:  # too long ever to fit
                 waiting.pop_front()
                 kv.rejected += 1
                 continue
-            if nb > free:
-                break
             got, hit, tok = self._head_skip
+            hf = self.px.unpinned(self.hashes[rid], hit) if self.pooled and hit else 0  # (cached blocks it takes)
+            if nb + hf > free:
+                break
             self._head = -1
             waiting.pop_front()
-            free -= nb
+            free -= nb + hf
             kv.used += nb
             kv.run_add(rid)
             first = math.isnan(self._admitted[rid])  # its first admission (a recomputed one keeps its time)
@@ -708,6 +756,7 @@ class EngineState:
             else:
                 self.resumed.append(now)
             prefilling.push(rid)
+            self._run(rid)
             if start:
                 self.take_cached(rid, first, got, hit, tok)
             self._prefilled[rid] = got
@@ -716,6 +765,8 @@ class EngineState:
             m += 1
             budget -= take
             room -= 1
+        if self.pooled:
+            self.trim()
         return m, take, budget0 - n_dec - budget
 
     def asks(self, rid: int, p: int, epoch: int) -> int:
@@ -736,13 +787,112 @@ class EngineState:
         self._head_nb = blocks(p, kv.bs) - tok // kv.bs
         return self._head_nb
 
+    # -- vLLM V1's limits: max_model_len, the client's time-out; the prefix cache in the pool ------------------
+    def _run(self, rid: int) -> None:
+        """Request rid is admitted: it runs (and, with a time-out, its deadline is watched)."""
+        self._live[rid] = 1
+        if self.patience < INF:
+            self.alive.push(rid)
+
+    def _gone(self, rid: int, now: float) -> bool:
+        """Whether waiting request rid, at the queue's head at `now`, never runs: longer than max_len
+        (refused: vLLM's server answers it at once, so where it waited changes nothing) or sent `patience`
+        ago or more (its client gave up: abandoned; a request back from preemption has its lengths again)."""
+        if self._prompt[rid] + self._output[rid] > self.max_len:
+            self.refused += 1
+            return True
+        if self._t_arr[rid] > now - self.patience:
+            return False
+        self.abandoned += 1
+        kv = self.kv
+        o = kv.orig.pop(rid, None) if kv is not None and kv.orig else None
+        if o is not None:
+            self._prompt[rid], self._output[rid] = o
+        return True
+
+    def expire(self, now: float) -> None:
+        """At `now`, before an iteration: the running requests whose clients gave up are aborted, and
+        the queue's head is dropped while it is refused or abandoned (`_gone`)."""
+        if self.patience < INF:
+            self.give_up(now, self.diter, self.n_dec, self.sum_ctx)
+        waiting = self.waiting
+        while waiting.n and self._gone(waiting.at(0), now):
+            waiting.pop_front()
+
+    def give_up(self, now: float, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Before iteration t, starting at `now`: the running requests sent `patience` ago or more are
+        aborted, as vLLM aborts a request whose client disconnects (their slots and blocks go back),
+        and counted abandoned. Publishes and returns the new (n_dec, sum_ctx)."""
+        alive, limit = self.alive, now - self.patience
+        while alive.n:
+            rid = alive.top()
+            if not self._live[rid]:  # (done, or back in the queue: the queue's head is checked there)
+                alive.pop()
+                continue
+            if self._t_arr[rid] > limit:
+                break
+            alive.pop()
+            n_dec, sum_ctx = self._abort(rid, t, n_dec, sum_ctx)
+        self.n_dec, self.sum_ctx = n_dec, sum_ctx
+        return n_dec, sum_ctx
+
+    def _abort(self, rid: int, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
+        """Running request rid leaves for good before iteration t: its KV blocks, its prefix cache pins and
+        its slot go back (`_preempt` without the way back)."""
+        kv, prompt, output = self.kv, self.prompt, self.output
+        self._live[rid] = 0
+        self.abandoned += 1
+        if self.px is not None:
+            self.unpin(rid)
+        if rid in self.prefilling:
+            self.prefilling.remove(rid)
+            if kv is not None:
+                kv.free(rid, blocks(prompt[rid], kv.bs))
+        else:
+            due = self.fin_heap.take(rid) >> 32
+            total = prompt[rid] + output[rid]
+            ctx = total - due + t  # its context at iteration t
+            if kv is not None:
+                kv.leave(due + 1 - total)
+                kv.free(rid, blocks(ctx - 1, kv.bs))
+            n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
+        if kv is not None:
+            kv.run_del(rid)
+            o = kv.orig.pop(rid, None) if kv.orig else None
+            if o is not None:
+                prompt[rid], output[rid] = o
+        return n_dec, sum_ctx
+
+    def next_deadline(self) -> float:
+        """When a time-out next changes what runs: the earliest running request's deadline, or the queue's
+        head's (a head that does not fit the pool may make room for the next when it goes); inf: none."""
+        alive, t = self.alive, INF
+        while alive.n and not self._live[alive.top()]:
+            alive.pop()
+        if alive.n:
+            t = self._t_arr[alive.top()] + self.patience
+        if self.waiting.n:
+            w = self._t_arr[self.waiting.at(0)] + self.patience
+            t = w if w < t else t
+        return t
+
+    def _held(self) -> int:
+        """Blocks of the pool the prefix cache holds for running requests (pooled: its pinned entries)."""
+        return self.px.pinned if self.pooled else 0
+
+    def trim(self) -> None:
+        """After blocks were taken (pooled): the least recently used entries no request pins give up theirs."""
+        over = self.kv.used + self.px.size - self.kv.cap
+        if over > 0:
+            self.px.evict(over)
+
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
         last iteration whose blocks fit (models.engine.kv.KVPool.safe_iters)."""
         x = self.fin_heap.top()  # a key: due << 32 | rid
         k = (x >> 32) - t
         if self.kv is not None:
-            safe = self.kv.safe_iters(t, n_dec)
+            safe = self.kv.safe_iters(t, n_dec, self._held())
             return safe if safe < k else k
         return k
 
@@ -760,6 +910,8 @@ def _book_slow(
         st.log.append((now, end))
     if kv is not None:
         kv.grow(k, diter - k, n_dec)
+        if st.pooled:
+            st.trim()
     if client is None:
         if m:
             n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
@@ -798,6 +950,8 @@ def _cut(st: EngineState, clock: Clock, done: int, slowed: bool, end: float, e, 
     shared work; returns the time it ends."""
     if st.kv is not None:
         st.kv.grow(done, st.diter, st.n_dec)
+        if st.pooled:
+            st.trim()
     st.diter += done
     st.sum_ctx += st.n_dec * done
     st.contended += done if slowed else 0
@@ -819,7 +973,7 @@ class Steps:
     in C, called once per SimPy event rather than once per step."""
 
     __slots__ = ("st", "clock", "bound", "ff", "k", "end", "m", "last", "slowed", "t_sim", "sp", "delay")
-    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark", "law", "extra", "span")
+    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark", "law", "extra", "span", "seen")
 
     def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
         self.st, self.clock, self.bound, self.law = st, clock, bound, st.law
@@ -828,7 +982,9 @@ class Steps:
         self.k, self.end, self.m, self.last, self.slowed, self.t_sim, self.sp = 0, st.now, 0, 0, False, st.now, FULL3
         self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = self.span = 0.0
         self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
-        self.tape, self.mark = st.tape, -INF if st.tape else INF
+        self.seen = st.now  # (with async scheduling: when the step in flight began; its schedule saw arrivals to then)
+        self.tape = None if st.lag else st.tape  # (a tape's snapshots know no schedule made a step early)
+        self.mark = -INF if self.tape else INF
 
     def advance(self) -> int:
         """Book the step in hand and run the next ones until one needs the simulator: DONE (all served), IDLE
@@ -840,10 +996,12 @@ class Steps:
             if self.k:
                 self._book()  # rule 4
             now = self.end
-            i = st.arrive(now)  # rule 1
+            i = st.arrive(now, self.seen if st.lag and self.k else now)  # rule 1
             if now >= self.mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
                 self.mark = self.tape.mark(st, until, busy)
                 now, i = st.now, st.next_i
+            if st.limits:  # clients that gave up, requests refused
+                st.expire(now)
             if st.idle():
                 what = self._idle(now, until, busy)
                 if what == DONE:
@@ -852,6 +1010,7 @@ class Steps:
                     break
                 continue
             if self._compose(now, busy) == SHARED:  # rules 2 and 3
+                self.seen = now
                 what = SHARED
                 break
             self._time(now, i)
@@ -890,7 +1049,10 @@ class Steps:
             if k > 1 and (n_dec < st.max_seqs or i >= st.n) and span > (gap := st.next_at(i) - now):
                 # stop for an arrival it could admit, or before the iteration in flight when a router looks
                 k, span = reach(gap, sg, sdg, sh, k) if i < st.n else before(gap, sg, sdg, sh, k)
+            if k > 1 and st.patience < INF and span > (gap := st.next_deadline() - now):
+                k, span = reach(gap, sg, sdg, sh, k)  # stop where a client gives up
         self.k, self.span, self.end = k, span, now + span
+        self.seen = now + run_time(k - 1, sg, sdg, sh) if k > 1 else now
 
     def _idle(self, now: float, until: float, busy: bool) -> int:
         """Nothing to run at `now`: DONE when nothing will come; else wait for the next request (IDLE),
@@ -900,6 +1062,8 @@ class Steps:
         if i >= st.n and st.gate.until == INF:
             return DONE
         self.k, self.span = 0, st.next_at(i) - now
+        if self.span < 0.0:  # (async scheduling: arrived in the last step, not yet seen; an idle engine sees it now)
+            self.span = 0.0
         self.end = now + self.span
         tape = self.tape
         if tape:
@@ -965,6 +1129,7 @@ def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:
                 end, now, k = clock.now(), st.now, run.k
                 done, e = split(end - now, run.sg, run.sdg, run.sh, k)  # the iterations done ran at the old speeds
                 if done < k:
+                    run.seen = now + run_time(done, run.sg, run.sdg, run.sh) if done else now
                     g = run.g0 + done * run.dg
                     end = yield from _cut(st, clock, done, run.slowed, end, e, g, run.h, run.f, run.sp, st.seq)
                     run.k, run.slowed = 1, False

@@ -78,7 +78,8 @@ def check_kv(sidecar: int, st) -> None:
     """INV-23, KV conservation (models.engine.kv): the blocks the engine's running requests hold, recounted
     from its queues (a prefilling request its prompt's blocks, a decoder ceil((ctx - 1)/block) at
     context ctx), plus the merge buffers' and the free blocks, make the pool; and the decoders by
-    block phase are the counts fast-forward's closed form uses. `st`: models.engine.serving.EngineState."""
+    block phase are the counts fast-forward's closed form uses; a prefix cache in the pool (`pooled`) keeps its
+    entries beside the requests' blocks, each pin a running request's. `st`: models.engine.serving.EngineState."""
     kv = st.kv
     if kv is None:
         return
@@ -100,5 +101,13 @@ def check_kv(sidecar: int, st) -> None:
         )
     if not shared.keys() <= kv.running.keys():
         raise InvariantError(f"KV conservation, sidecar {sidecar}: shared blocks of requests not running")
+    if st.pooled:  # the prefix cache in the pool's free blocks: its entries fit beside the requests' own
+        pins, px = st.px.pins, st.px
+        held = sum(st.pinned[rid] for rid in kv.running)
+        if kv.used + px.size > kv.cap or len(pins) != px.pinned or sum(pins.values()) != held:
+            raise InvariantError(
+                f"KV conservation, sidecar {sidecar}: {kv.used} blocks in use and {px.size} cached of {kv.cap}, "
+                f"{len(pins)} entries pinned ({px.pinned} counted), {sum(pins.values())} pins for {held} held"
+            )
     if cnt != list(kv.cnt) or len(kv.running) != len(st.prefilling) + len(st.fin_heap):
         raise InvariantError(f"KV conservation, sidecar {sidecar}: the decoders' block phases {cnt} != {list(kv.cnt)}")

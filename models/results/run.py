@@ -163,6 +163,20 @@ class KVPools(NoExtra):
         }
 
 
+class EngineLimits(NoExtra):
+    """vLLM V1's limits (engine.max_model_len, a client's time-out: models.engine.serving): requests refused
+    as longer than max_model_len and requests their clients abandoned, summed over the engines (only when an
+    engine has either limit)."""
+
+    def __init__(self, engines: list):
+        self.engines = [e for e in engines if e.limits]
+
+    def summary(self, req: Table, merges: Sequence) -> dict[str, Any]:
+        if not self.engines:
+            return {}
+        return {"refused": sum(e.refused for e in self.engines), "abandoned": sum(e.abandoned for e in self.engines)}
+
+
 class PrefixCaches(NoExtra):
     """prefix_hit_rate (only with prefix caches, models.engine.prefix): prompt tokens served from the
     caches over prompt tokens, at the requests' first admissions, fleet-wide."""

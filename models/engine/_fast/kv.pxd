@@ -45,6 +45,8 @@ cdef class KVPool:
 
     cpdef set_share(self, long long rid, long long k)
 
+    cpdef adopt(self, long long rid, long long n)
+
     cpdef free(self, long long rid, long long nb)
 
     cpdef apply_hold(self)
@@ -59,7 +61,7 @@ cdef class KVPool:
 
     @cython.locals(free=cython.longlong, bs=cython.longlong, q=cython.longlong, r=cython.longlong,
                    p=cython.longlong, j=cython.longlong, s=cython.longlong)
-    cpdef long long safe_iters(self, long long t0, long long n_dec) except? -1
+    cpdef long long safe_iters(self, long long t0, long long n_dec, long long held=*) except? -1
 
     @cython.locals(used=cython.longlong, bs=cython.longlong, p=cython.longlong, s=cython.longlong,
                    total=cython.longlong, x=cython.longlong, acc=cython.longlong, accr=cython.longlong,

@@ -8,7 +8,7 @@ cdef unsigned long long M64, GOLDEN
 
 
 cdef class PrefixCache:
-    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch
+    cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch, pinned
     cdef long long[:] _key, _pin, _prv, _nxt, _tab
 
     @cython.locals(more=cython.longlong)
@@ -41,8 +41,20 @@ cdef class PrefixCache:
     @cython.locals(j=cython.longlong, s=cython.longlong)
     cpdef acquire(self, object hashes, long long k)
 
-    @cython.locals(j=cython.longlong)
+    @cython.locals(j=cython.longlong, s=cython.longlong)
     cpdef release(self, object hashes, long long k)
+
+    @cython.locals(j=cython.longlong, n=cython.longlong)
+    cpdef long long unpinned(self, object hashes, long long k) except? -1
+
+    @cython.locals(j=cython.longlong, n=cython.longlong, h=cython.longlong, s=cython.longlong, last=cython.longlong)
+    cpdef long long adopt(self, object hashes, long long k, long long blocks) except? -1
+
+    @cython.locals(s=cython.longlong, nxt=cython.longlong)
+    cpdef evict(self, long long n)
+
+    @cython.locals(p=cython.longlong, q=cython.longlong, last=cython.longlong, h=cython.longlong)
+    cdef void _remove(self, long long s) except *
 
     @cython.locals(h=cython.longlong, s=cython.longlong, p=cython.longlong, q=cython.longlong, last=cython.longlong)
     cpdef insert(self, object hashes)

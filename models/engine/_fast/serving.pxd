@@ -44,11 +44,16 @@ cdef class EngineState:
     # typed views of the arrays; the per-step rules below index them as self._x[rid], not through a
     # local: a local view is acquired and released (two atomic instructions) at every call
     cdef double[:] _admitted, _first_token, _finish, _t_arr
-    cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
+    cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned, _live
+    cdef public bint lag, limits, pooled
+    cdef public long long max_len, refused, abandoned
+    cdef public double patience
+    cdef public object live
+    cdef public KeyHeap alive
 
     # rule 1: arrivals, and when the next one is
     @cython.locals(i=cython.longlong, n=cython.longlong, waiting=RingFifo)
-    cpdef long long arrive(self, double now) except? -1
+    cpdef long long arrive(self, double now, double seen) except? -1
 
     @cython.locals(kv=KVPool)
     cpdef bint idle(self) except -1
@@ -100,7 +105,7 @@ cdef class EngineState:
     @cython.locals(px=PrefixCache, kv=KVPool)
     cpdef take_cached(self, long long rid, bint first, long long got, long long k, long long tok)
 
-    @cython.locals(px=PrefixCache)
+    @cython.locals(px=PrefixCache, k=cython.longlong, full=cython.longlong, a=cython.longlong)
     cpdef prefill_done(self, long long rid)
 
     @cython.locals(k=cython.longlong)
@@ -120,12 +125,38 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
-                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
+                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong, hf=cython.longlong,
                    prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
     @cython.locals(kv=KVPool, got=cython.longlong, hit=cython.longlong, tok=cython.longlong)
     cpdef long long asks(self, long long rid, long long p, long long epoch) except? -2
+
+    # vLLM V1's limits (async scheduling, max_model_len, the client's time-out) and the prefix cache in the pool
+    @cython.locals(px=PrefixCache, kv=KVPool)
+    cdef _v1(self, bint lag, long long max_len, double patience, bint pooled)
+
+    cpdef _run(self, long long rid)
+
+    @cython.locals(kv=KVPool)
+    cpdef bint _gone(self, long long rid, double now) except? True
+
+    @cython.locals(waiting=RingFifo)
+    cpdef expire(self, double now)
+
+    @cython.locals(alive=KeyHeap, limit=cython.double, rid=cython.longlong)
+    cpdef (long long, long long) give_up(self, double now, long long t, long long n_dec, long long sum_ctx)
+
+    @cython.locals(kv=KVPool, due=cython.longlong, total=cython.longlong, ctx=cython.longlong)
+    cpdef (long long, long long) _abort(self, long long rid, long long t, long long n_dec, long long sum_ctx)
+
+    @cython.locals(alive=KeyHeap, t=cython.double, w=cython.double)
+    cpdef double next_deadline(self) except? -1.0
+
+    cpdef long long _held(self) noexcept
+
+    @cython.locals(over=cython.longlong)
+    cpdef trim(self)
 
 
 cdef int IDLE, RUN, SHARED, DONE  # what Steps.advance hands serve (C constants)
@@ -138,7 +169,7 @@ cdef class Steps:
     cdef public object clock, bound, sp, tape
     cdef public bint ff, slowed, extra
     cdef public long long k, m, last
-    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark, span
+    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark, span, seen
 
     @cython.locals(st=EngineState, until=cython.double, now=cython.double, what=cython.int, busy=cython.bint,
                    i=cython.longlong)
