@@ -50,6 +50,10 @@ def prefix_cache(p: PrefixSpec | None) -> PrefixCache | None:
     return PrefixCache(p.capacity, p.block_tokens) if p is not None else None
 
 
+def pooled(p: PrefixSpec | None) -> bool:
+    return p is not None and p.pooled
+
+
 def sidecar(
     env, s: int, arrivals, e: EngineSpec, hr: HostRes, j: int, la: Lookahead, fast_forward: bool | None = None, **kw
 ) -> Sidecar:
@@ -71,6 +75,7 @@ def sidecar(
         front=hr.fronts[j] if e.step.frontend else None,
         kv=kv_pool(e.pool(s)),
         fast_forward=e.fast_forward if fast_forward is None else fast_forward,
+        limits=(e.lag, e.max_len, e.patience_s, pooled(e.prefix)),
         **kw,
     )
 

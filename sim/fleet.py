@@ -23,6 +23,7 @@ from wadiloco.models.policies.planned import PlannedSteps
 from wadiloco.models.results.metrics import censored_e2e
 from wadiloco.models.results.run import (
     Clients,
+    EngineLimits,
     Engines,
     KVPools,
     PolicyRun,
@@ -263,6 +264,7 @@ class Fleet:
             Engines(self.sidecars, self._given_counts(), self.env.now) if self.fed is None else None,
             KVPools([c.kv for c in cores if c.kv is not None]),  # engine.kv_blocks or gpu_memory_gb
             PrefixCaches([c.px for c in cores if c.px is not None]),  # engine.prefix_cache
+            EngineLimits(cores),  # engine.max_model_len, a client's time-out
             self.router,  # a router that routes (router.name not static)
             self.fed,  # disagg: or remote_kv: (the KV hand-offs or fetches)
             Clients(self.clients) if self.clients is not None else None,
@@ -289,6 +291,7 @@ class Fleet:
         engines fed from outside give theirs (sim.disagg: each request once, on its prefill sidecar)."""
         if self.fed is not None:
             return self.fed.per_sidecar()
+        api = self.spec.engine.api_s  # the client's and API server's path: the client sees tokens that much later
         if self.clients is None:
             return [
                 (
@@ -296,8 +299,8 @@ class Fleet:
                     np.asarray(a.prompt, dtype=np.int64),
                     np.asarray(a.output, dtype=np.int64),
                     s.admitted,
-                    s.first_token,
-                    s.finish,
+                    s.first_token + api if api else s.first_token,
+                    s.finish + api if api else s.finish,
                 )
                 for s, a in zip(self.sidecars, self.arrivals)
             ]

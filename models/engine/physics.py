@@ -30,19 +30,7 @@ context, so step i takes exactly g0 + i*dg (`decode_line`) and the engine times 
 from __future__ import annotations
 
 from wadiloco.models.engine.catalog import GPU, ModelShape
-
-try:  # the engine's latency-law interface (models.engine.laws)
-    from wadiloco.models.engine.laws import LatencyLaw
-except ImportError:  # (until that seam lands: the interface's attributes, nothing else)
-
-    class LatencyLaw:  # type: ignore[no-redef]
-        __slots__ = ("line", "detail")
-
-        def __eq__(self, other) -> bool:
-            return type(other) is type(self) and other.args() == self.args()
-
-        def __hash__(self) -> int:
-            return hash((type(self).__name__, self.args()))
+from wadiloco.models.engine.laws import LatencyLaw
 
 
 class PhysicsLaw(LatencyLaw):

@@ -131,11 +131,25 @@ def check_engine(sc: Scenario, file: object) -> None:
             "engine.model",
             "names a model of engine.profile, or the served model under engine.latency physics: set one of them",
         )
-    for name in () if physics else ("gpu", "tensor_parallel"):
+    for name in () if physics else ("gpu", "tensor_parallel", "physics_coefficients"):
         if getattr(e, name) != EngineConfig.model_fields[name].default:
             raise InputError(file, f"engine.{name}", "has an effect only under engine.latency physics: set it too")
     if physics:
         _check_physics(sc, file)
+    if e.prefix_caching:
+        pool = e.kv_blocks is not None or e.gpu_memory_gb is not None or physics
+        why = (
+            "keeps its blocks in the KV pool: give one (engine.latency physics, kv_blocks or gpu_memory_gb)"
+            if not pool
+            else "and engine.prefix_cache are two caches: give one"
+            if e.prefix_cache
+            else "keeps blocks of engine.kv_block_size tokens; this workload's hashes are 512-token blocks "
+            "(engine.prefix_cache is their cache)"
+            if e.shared_prefix is not None or sc.workload.get("kind") == "trace"
+            else ""
+        )
+        if why:
+            raise InputError(file, "engine.prefix_caching", why)
     derived = e.kv_blocks is None and (e.gpu_memory_gb is not None or physics)
     unused = [] if derived else ["gpu_memory_utilization", "activation_gb"] + ([] if physics else ["weights_gb"])
     pool = e.kv_blocks is not None or e.gpu_memory_gb is not None or physics
@@ -163,6 +177,10 @@ def _check_physics(sc: Scenario, file: object) -> None:
             )
     shape = model(e.model, sc.base_dir, "engine.model", file)
     gpu(e.gpu, "engine.gpu", file)
+    if e.physics_coefficients is not None:
+        from wadiloco.models.engine.physics_fit import load_coefficients
+
+        load_coefficients(Path(sc.base_dir) / e.physics_coefficients, file)
     if shape.heads % e.tensor_parallel:
         raise InputError(
             file,

@@ -13,6 +13,7 @@ of fields rules out (a router in front of a closed loop, disaggregated serving w
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import default_latency, table_file, table_law
 from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.physics import PhysicsLaw
-from wadiloco.models.engine.physics_fit import default_coefficients
+from wadiloco.models.engine.physics_fit import default_coefficients, load_coefficients
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
@@ -73,6 +74,7 @@ def resolve(
     check_combinations(sc, WORKLOADS[workload.kind].clients is not None, file)
     w = interference_weights(sc)
     engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None)
+    engine = v1_limits(sc, engine, workload)
     entry = sc.cotenant.profile_entry if sc.cotenant is not None else None
     return RunSpec(
         name=sc.name,
@@ -185,6 +187,8 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
     block_bytes = e.kv_block_size * per_token
     prefix = prefix_spec(sc)
     kv, holder = kv_specs(sc, block_bytes, prefix)
+    if pooled_caching(sc) and kv is not None:  # the cache can hold the whole pool, in the pool's blocks
+        prefix = PrefixSpec(kv.blocks, e.kv_block_size, pooled=True)
     return EngineSpec(
         latency=latency_law(sc, fit, served),
         host_s=host_s(sc, w),
@@ -247,10 +251,38 @@ def latency_law(sc: Scenario, fit: ModelFit | None, served: tuple | None = None)
     if fit is not None:
         return fit.latency().law()
     if served is not None:
-        return PhysicsLaw(*served, sc.engine.tensor_parallel, default_coefficients())
+        own = sc.engine.physics_coefficients
+        c = default_coefficients() if own is None else load_coefficients(Path(sc.base_dir) / own, sc.source)
+        return PhysicsLaw(*served, sc.engine.tensor_parallel, c)
     if sc.engine.latency == "table":
         return table_law(table_file(sc.engine.latency_table, sc.base_dir, sc.source))
     return default_latency(sc.engine.latency).law()
+
+
+def v1_limits(sc: Scenario, e: EngineSpec, workload) -> EngineSpec:
+    """vLLM V1's limits on an engine: async scheduling (engine.async_scheduling; null: under physics),
+    max_model_len (null: the model's context under physics), the client's time-out (the workload's
+    timeout_s) as the engine sees it (less the API path's time, the physics law's t_api); what cannot combine
+    with them, refused."""
+    ec, physics = sc.engine, sc.engine.latency == "physics"
+    timeout_s = getattr(workload, "timeout_s", None)
+    if timeout_s is not None and (ec.preemption != "recompute" or sc.disagg is not None):
+        why = "preemption swap" if ec.preemption != "recompute" else "disagg (a request's engines each see it late)"
+        raise InputError(sc.source, "workload.timeout_s", f"a client's time-out aborts requests; not with {why}")
+    data = getattr(workload, "data", None)  # (workload loadgen: its block hashes' size)
+    if e.prefix is not None and e.prefix.pooled and data is not None:
+        got = data.block_tokens
+        if got != ec.kv_block_size:
+            raise InputError(
+                sc.source,
+                "workload.data.block_tokens",
+                f"{got}: the prefix cache's blocks are engine.kv_block_size ({ec.kv_block_size}) tokens",
+            )
+    lag = physics if ec.async_scheduling is None else ec.async_scheduling
+    max_len = ec.max_model_len or (served_model(sc)[0].max_position if physics else 0)
+    api = e.latency.c.t_api if physics else 0.0
+    patience = INF if timeout_s is None else max(timeout_s - api, 0.0)
+    return replace(e, lag=lag, max_len=max_len, patience_s=patience, api_s=api)
 
 
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:
@@ -259,6 +291,15 @@ def host_s(sc: Scenario, w: InterferenceWeights) -> float:
     if sc.engine.model is not None:
         return 0.0
     return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
+
+
+def pooled_caching(sc: Scenario) -> bool:
+    """engine.prefix_caching as it runs (null: under physics, for workloads whose hashes are the pool's blocks)."""
+    on = sc.engine.prefix_caching
+    if on is not None:
+        return on
+    mooncake = sc.engine.shared_prefix is not None or sc.workload.get("kind") == "trace"
+    return sc.engine.latency == "physics" and not mooncake and not sc.engine.prefix_cache
 
 
 def prefix_spec(sc: Scenario) -> PrefixSpec | None:

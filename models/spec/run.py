@@ -12,6 +12,7 @@ result extras (`extras`). Sizes in bytes, bandwidths in Gb/s, times in seconds, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pydantic import BaseModel
@@ -80,6 +81,7 @@ class PrefixSpec:
 
     capacity: int
     block_tokens: int
+    pooled: bool = False  # in the KV pool's free blocks (vLLM V1, engine.prefix_caching), not reserved out of it
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,12 @@ class EngineSpec:
     block_bytes: int  # bytes of one KV block (what a swap copies per block)
     kv_bytes_per_token: int  # the model shape's KV bytes per token
     start_delay_s: float | None  # an engine profile's serving start delay (closed loops), or None
+    # vLLM V1's limits (models.engine.serving): async scheduling, max_model_len (0: none), the client's
+    # time-out less the API path (inf: none); the API path's time per request (the physics law's t_api)
+    lag: bool = False
+    max_len: int = 0
+    patience_s: float = math.inf
+    api_s: float = 0.0
 
     def pool(self, s: int) -> KVSpec | None:
         """Sidecar s's KV pool."""

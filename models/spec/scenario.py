@@ -255,6 +255,34 @@ class EngineConfig(Strict):
         "1/tensor_parallel of the weights and KV heads, and every layer's two all-reduces cross engine.gpu's "
         "link. Unit: GPUs. Source: the scenario.",
     )
+    physics_coefficients: str | None = Field(
+        None,
+        description="The physics law's coefficients under engine.latency physics: a file `wadiloco calibrate physics "
+        "--out` writes from your own measurements (a path relative to the scenario); null: the packaged fit "
+        "(docs/serving_validation.md). Source: vLLM on H100 (the packaged fit); the file's own data.",
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Longest request, prompt and output tokens together, the engine takes; a longer one is refused "
+        "and counted (vLLM's server answers it 400 at once). null: engine.model's max_position_embeddings under "
+        "engine.latency physics, else no limit. Unit: tokens. Source: vLLM.",
+    )
+    async_scheduling: bool | None = Field(
+        None,
+        description="vLLM V1's async scheduling: the next step is scheduled while this one runs, so a request "
+        "that arrives waits for the step in flight and the next. null: on under engine.latency physics (vLLM "
+        "V1, as v0.15 runs by default), off otherwise. Source: vLLM.",
+    )
+    prefix_caching: bool | None = Field(
+        None,
+        description="vLLM V1's automatic prefix caching: a computed prompt's full KV blocks keep their hashes and "
+        "serve later requests that begin alike (their prefill skips them) until the pool hands the blocks out "
+        "again: the cache is the KV pool's free part, in blocks of engine.kv_block_size tokens. null: on under "
+        "engine.latency physics (vLLM V1's default) unless the workload's block hashes are 512-token blocks (a "
+        "trace, engine.shared_prefix: engine.prefix_cache is theirs), off otherwise. Source: vLLM.",
+    )
     kv_blocks: int | None = Field(
         None,
         ge=1,
@@ -977,6 +1005,10 @@ OPT_IN_FIELDS = (
     "engine.gpu",
     "engine.tensor_parallel",
     "engine.latency_table",
+    "engine.max_model_len",
+    "engine.async_scheduling",
+    "engine.prefix_caching",
+    "engine.physics_coefficients",
     "merge.serialize_threads",
     "engine.kv_blocks",
     "engine.kv_block_size",

@@ -8,6 +8,8 @@ as the vLLM on H100 experiments ran them (docs/sources.md, inference-perf; docs/
   `token_ratio` x (system + question) (the generator sends random token ids as text, which the server
   tokenises again) with a spread of `spread` x sqrt(length) per prompt. Block hashes of `block_tokens`
   tokens (the prefix cache's): the group's system prompt blocks are the group's, the rest the prompt's.
+- The client's time-out (`timeout_s`, aiohttp's default total of 300 s): a request not answered by then is
+  abandoned, queued or running (the engine aborts it: models.engine.serving), and counted as failed.
 - Stages: `rate` x `duration_s` requests (a whole number) whose gaps are exponential draws rescaled to sum
   to the stage's duration (a Poisson process conditioned on its count: inference-perf's ConstantLoadTimer),
   the first one gap after the stage starts, the last at its end. inference-perf starts the next stage
@@ -67,6 +69,9 @@ class LoadgenParams(Strict):
         [LoadStage(rate=5.0, duration_s=300.0)], min_length=1, max_length=1000, description="constant-rate stages"
     )
     stage_gap_s: float = Field(302.0, ge=0, le=86400, description="from a stage's last send to the next's start (s)")
+    timeout_s: float | None = Field(
+        300.0, gt=0, le=86400, description="the client gives a request up this long after sending it (s); null: never"
+    )
 
     def span_s(self) -> float:
         """From the first stage's start to the last stage's last send."""

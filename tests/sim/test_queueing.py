@@ -232,6 +232,28 @@ SHARED = {"fraction": 0.5, "prompts": 4, "tokens": 1024}
 KV_PREFIX = {**KV, "engine.kv_blocks": 6000, "engine.prefix_cache": 16384, "engine.shared_prefix": SHARED}
 # swap copies contend with merge staging on PCIe; merge buffers hold their blocks only while merging
 KV_PREFIX_SWAP = {**KV_PREFIX, "engine.preemption": "swap", "engine.merge_memory": "merge"}
+V1 = {
+    "engine.latency": "physics",
+    "engine.model": "Llama-2-7b-hf",
+    "engine.gpu": "H100 SXM",
+    "engine.max_num_seqs": 48,
+    "engine.max_num_batched_tokens": 2048,
+    "engine.kv_blocks": 600,
+    "engine.max_model_len": 702,
+    "workload": {
+        "kind": "loadgen",
+        "data": {
+            "system_prompt_tokens": 200,
+            "question_tokens": 300,
+            "output_tokens": 200,
+            "extra_tokens": 2,
+            "spread": 0.3,
+        },
+        "stages": [{"rate": 6.0, "duration_s": 30.0}, {"rate": 24.0, "duration_s": 30.0}],
+        "stage_gap_s": 5.0,
+        "timeout_s": 4.0,
+    },
+}
 MERGY = {"horizon_s": 120.0, "drain_s": 40.0, "policy.name": "fixed", "policy.params": {"H": 32}, "merge.h_min": 32}
 FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     pytest.param("bursty", {"fleet.colocation": "same_gpu"}, id="bursty-same_gpu"),
@@ -262,6 +284,11 @@ FF_CASES = [pytest.param(name, {}, id=name) for name in SCENARIOS] + [
     # PCIe beside merge staging; merge buffers taking their blocks as merges start (a run in flight is
     # cut there) and giving them back as they end. (bursty-router-kv: recompute, no cache)
     pytest.param("bursty", KV_PREFIX_SWAP, id="bursty-kv-prefix-swap"),
+    # vLLM V1 on a named GPU (engine.latency physics): async scheduling (arrivals wait for the step in flight
+    # and the next), the prefix cache in the pool's free blocks (hits pin, prompts adopt their blocks, taken
+    # blocks evict), requests past max_model_len refused, the client's time-out aborting queued and running
+    # requests; the load generator's stages
+    pytest.param("bursty", V1, id="bursty-v1-physics"),
     # a router hands each arrival over at its instant (idle engines wait for it, runs stop at it)
     pytest.param("bursty", {"router.name": "least_kv", "engine.kv_blocks": 5000}, id="bursty-router-kv"),
 ]
@@ -289,6 +316,10 @@ def test_fast_forward_is_exact(name, extra):
         assert ff.summary["swap_blocks"] > 0, "nothing was swapped: test is vacuous"
     if "engine.prefix_cache" in extra:
         assert ff.summary["prefix_hit_rate"] > 0.1, "the prefix cache never hit: test is vacuous"
+    if extra.get("engine.latency") == "physics":
+        got = {k: ff.summary[k] for k in ("refused", "abandoned", "preemptions", "prefix_hit_rate")}
+        assert got["refused"] > 0 and got["abandoned"] > 0 and got["preemptions"] > 0, f"vacuous: {got}"
+        assert got["prefix_hit_rate"] > 0.1, f"the prefix cache never hit: {got}"
     assert_same_times(ff.requests, it.requests, f"{name} {extra}: fast-forward vs per-iteration")
     assert len(ff.merges) == len(it.merges)
     for a, b in zip(ff.merges, it.merges):
