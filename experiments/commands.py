@@ -9,6 +9,7 @@ from pathlib import Path
 
 from wadiloco.experiments.network_cli import add_network_args, cmd_calibrate_network, network_flags_given
 from wadiloco.experiments.overrides import add_set_argument, load_with_sets, parse_sets
+from wadiloco.experiments.serving_cli import add_physics_args
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.schema import MAX_INT
 
@@ -41,20 +42,23 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser(
-        "calibrate",
-        help="print the fitted latency model and interference weights, or a profile's fit, or (`calibrate network`) "
-        "fit the network's all-reduce to iperf3 and NCCL measurements",
-    )
+    help_ = "print the fitted latency laws and interference weights, or a profile's fit; `calibrate network`: fit "
+    help_ += "the all-reduce to iperf3 and NCCL measurements; `calibrate physics`: the physics law to vLLM runs"
+    p = sub.add_parser("calibrate", help=help_)
     p.add_argument(
         "profile",
         nargs="?",
         help="an engine profile (packaged name or YAML path; ./network for a file of that name) to fit and print, "
-        "e.g. b200_vllm0102_eager; or `network`",
+        "e.g. b200_vllm0102_eager; or `network`; or `physics`",
     )
-    p.add_argument("--file", help="calibration JSON (default: the packaged H200 measurements)")
+    p.add_argument(
+        "--file",
+        help="calibration JSON (default: the packaged H200 measurements); `calibrate physics`: a vLLM experiments "
+        "file in the vLLM on H100 form (default: the packaged one)",
+    )
     p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
     add_network_args(p)
+    add_physics_args(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("policies", help="list merge policies with their parameters and defaults")
@@ -349,6 +353,12 @@ def cmd_calibrate(args) -> int:
 
     if args.profile == "network":
         return cmd_calibrate_network(args)
+    if args.profile == "physics":
+        from wadiloco.experiments.serving_cli import cmd_calibrate_physics
+
+        return cmd_calibrate_physics(args)
+    if args.out is not None or args.evals != 40:
+        raise InputError("--out" if args.out is not None else "--evals", "", "belongs to `wadiloco calibrate physics`")
     if network_flags_given(args):
         flags = ", ".join(network_flags_given(args))
         raise InputError(flags, "", "these flags belong to `wadiloco calibrate network`")

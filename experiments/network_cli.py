@@ -29,7 +29,10 @@ def add_parser(sub) -> None:
         help='print the predictions only: diloco-measured {"cells": {CELL: {"cu", "sync_s_per_outer_step"}}}, '
         'vllm-h100 {"experiments": {NAME: {"e2e_mean_s", ..., "completed", "failed"}}}',
     )
-    p.add_argument("--out", help="vllm-h100: also write validation.json (everything) and report.txt to this folder")
+    p.add_argument(
+        "--out",
+        help="vllm-h100: also write validation.json (everything), predictions.json and report.txt to this folder",
+    )
     p.add_argument("--seeds", type=int, default=1, help="vllm-h100: seeds to run each experiment on (their mean)")
     p.set_defaults(func=cmd_validate)
 

@@ -27,8 +27,8 @@ def physics_lines() -> list[str]:
     ins = how.get("in_sample")
     if ins:
         lines.append(
-            f"  in sample ({how['seeds']} seed(s)): median |error| E2E mean {ins['e2e_mean']:.1%}, TTFT mean "
-            f"{ins['ttft_mean']:.1%}, ITL mean {ins['itl_mean']:.1%} (wadiloco validate vllm-h100 for the table)"
+            f"  in sample ({how['seeds']} seed(s)): median |error| E2E mean {ins['e2e_mean_s']:.1%}, TTFT mean "
+            f"{ins['ttft_mean_s']:.1%}, ITL mean {ins['itl_mean_s']:.1%} (wadiloco validate vllm-h100 for the table)"
         )
     lines.append(f"Models (engine.model, or a config.json path): {', '.join(catalog.models())}")
     lines.append(f"GPUs (engine.gpu): {', '.join(catalog.gpus())}")
@@ -70,6 +70,52 @@ def cmd_validate_vllm(args) -> int:
     report = v.text(result)
     if out is not None:
         write_atomic(out / "validation.json", dumps(result) + "\n")
+        write_atomic(out / "predictions.json", dumps(v.predictions_json(result, held_out=True)) + "\n")
         write_atomic(out / "report.txt", report)
     sys.stdout.write(dumps(v.predictions_json(result)) + "\n" if args.json else report)
+    return 0
+
+
+def add_physics_args(p) -> None:
+    """`calibrate physics`'s flags, on the calibrate parser."""
+    g = p.add_argument_group("physics (`wadiloco calibrate physics`: fit the physics law, docs/serving_validation.md)")
+    g.add_argument("--out", help="write the fitted coefficients to this JSON file (engine.physics_coefficients)")
+    g.add_argument("--evals", type=int, default=40, help="simulations of the fit set the least squares may run")
+
+
+def cmd_calibrate_physics(args) -> int:
+    """`wadiloco calibrate physics`: the shared coefficients fitted again, by simulation, to an experiments
+    file's fit experiments and the H200 rows, from the packaged ones (experiments.studies.vllm_h100)."""
+    import json
+    import sys
+    from dataclasses import asdict
+    from pathlib import Path
+
+    import numpy as np
+
+    from wadiloco.experiments.output import dumps, write_atomic, write_target
+    from wadiloco.experiments.studies import vllm_h100 as v
+    from wadiloco.models.engine.physics_fit import coefficients_doc
+    from wadiloco.models.errors import InputError
+
+    if not 1 <= args.evals <= 10_000:
+        raise InputError("--evals", "", f"between 1 and 10000 (got {args.evals})")
+    target = write_target(args.out, "--out") if args.out else None
+    exps = v.load(args.file)
+    c, se = v.fit_coefficients(exps, default_coefficients(), args.evals, log=lambda s: print(s, file=sys.stderr))
+    errs = v.errors(v.validate_fit(exps, c))
+    med = {k: float(np.median(np.abs(errs[k]))) for k in ("e2e_mean_s", "ttft_mean_s", "itl_mean_s")}
+    fit = {"on": f"the fit experiments of {args.file or 'vLLM on H100'} and the H200 rows", "in_sample": med}
+    doc = coefficients_doc(c, se, fit)
+    if target is not None:
+        write_atomic(Path(target), json.dumps(doc, indent=1) + "\n")
+    if args.json:
+        sys.stdout.write(dumps(doc) + "\n")
+        return 0
+    for name, value in asdict(c).items():
+        print(f"  {name:9s} {_value(name, value):>11s}  s.e. {_value(name, se[name]):>9s}")
+    print(
+        f"  in sample: median |error| E2E mean {med['e2e_mean_s']:.1%}, TTFT mean {med['ttft_mean_s']:.1%}, "
+        f"ITL mean {med['itl_mean_s']:.1%}"
+    )
     return 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -224,9 +224,10 @@ def run(e: Experiment, token_ratio: float, output_ratio: float, seed: int = 0, c
     from wadiloco.sim.fleet import simulate
 
     spec = from_dict(scenario(e, token_ratio), f"<{e.short}>")
-    if coefficients is not None:
-        law = spec.engine.latency
-        spec = spec.with_latency(PhysicsLaw(law.shape, law.gpu, law.tp, coefficients))
+    if coefficients is not None:  # (the law, and the API path's time it brings: models.spec.resolve v1_limits)
+        law, api = spec.engine.latency, coefficients.t_api
+        law = PhysicsLaw(law.shape, law.gpu, law.tp, coefficients)
+        spec = replace(spec, engine=replace(spec.engine, latency=law, api_s=api, patience_s=TIMEOUT_S - api))
     res = simulate(spec, seed)
     req = res.requests
     figs = figures(req, output_ratio * e.data["output_len"])
@@ -235,7 +236,7 @@ def run(e: Experiment, token_ratio: float, output_ratio: float, seed: int = 0, c
     return figs, engine
 
 
-ENGINE_FIGURES = ("kv_blocks", "kv_peak_usage", "kv_preemptions", "prefix_hit_rate", "rejected")
+ENGINE_FIGURES = ("preemptions", "kv_usage_peak", "kv_usage_mean", "prefix_hit_rate", "refused", "abandoned")
 
 
 def mean_over(runs: list[dict]) -> dict:
@@ -250,14 +251,14 @@ def mean_over(runs: list[dict]) -> dict:
 # ---- all of them ------------------------------------------------------------------------------------------
 
 
-def validate(path: Path | str | None = None, seeds: int = 1, coefficients=None) -> dict:
+def validate(path: Path | str | None = None, seeds: int = 1, coefficients=None, roles=("fit", "predict")) -> dict:
     """Every experiment run on `seeds` seeds (0, 1, ...; their mean): {"experiments": {name: {...}}} with
     the role, the figures (`predicted`), a fit experiment's `measured` ones and the engine's figures, and
-    the load generator's figures taken from the fit set (`token_ratios`, `output_ratios`)."""
+    the load generator's figures taken from the fit set (`token_ratios`, `output_ratios`); `roles`: which to run."""
     exps = load(path)
     tok, outr = token_ratios(exps), output_ratios(exps)
     out = {}
-    for e in exps:
+    for e in (e for e in exps if e.role in roles):
         runs = [
             run(e, tok.get(tokenizer(e.model), tok["default"]), outr.get(e.model, 1.0), s, coefficients)
             for s in range(seeds)
@@ -273,6 +274,18 @@ def validate(path: Path | str | None = None, seeds: int = 1, coefficients=None) 
     return {"experiments": out, "seeds": seeds, "token_ratios": tok, "output_ratios": outr}
 
 
+def validate_fit(exps: list[Experiment], coefficients, seed: int = 0) -> dict:
+    """`validate`'s result for the fit experiments alone, with these coefficients (one seed)."""
+    tok, outr = token_ratios(exps), output_ratios(exps)
+    out = {}
+    for e in exps:
+        if e.measured is not None:
+            ratio = tok.get(tokenizer(e.model), tok["default"])
+            fig, eng = run(e, ratio, outr.get(e.model, 1.0), seed, coefficients)
+            out[e.name] = {"role": e.role, "predicted": fig, "engine": eng, "measured": measured(e)}
+    return {"experiments": out, "seeds": 1, "token_ratios": tok, "output_ratios": outr}
+
+
 def errors(result: dict) -> dict[str, list[float]]:
     """Relative errors (predicted / measured - 1) of the fit experiments, by figure."""
     errs: dict[str, list[float]] = {k: [] for k in METRICS + COUNTS}
@@ -286,11 +299,12 @@ def errors(result: dict) -> dict[str, list[float]]:
     return errs
 
 
-def predictions_json(result: dict) -> dict:
-    """`--json`: {"experiments": {NAME: {figure: value}}}, every experiment's predicted figures."""
-    return {
-        "experiments": {n: {k: e["predicted"][k] for k in METRICS + COUNTS} for n, e in result["experiments"].items()}
-    }
+def predictions_json(result: dict, held_out: bool = False) -> dict:
+    """`--json`: {"experiments": {NAME: {figure: value}}}, every experiment's predicted figures (`held_out`: the
+    predict experiments' only, docs/validation/vllm_h100_predictions.json)."""
+    exps = result["experiments"]
+    keep = [n for n, e in exps.items() if not held_out or e["role"] == "predict"]
+    return {"experiments": {n: {k: exps[n]["predicted"][k] for k in METRICS + COUNTS} for n in keep}}
 
 
 COLUMNS = (

@@ -69,3 +69,42 @@ def bench_rows(c: Coefficients, cal: dict | None = None) -> tuple[list[tuple[str
     mean = sum(ys) / len(ys)
     ss_res = sum((y - t) ** 2 for _, y, t in rows)
     return rows, 1.0 - ss_res / sum((y - mean) ** 2 for y in ys)
+
+
+def load_coefficients(path, file: object = None, field: str = "engine.physics_coefficients") -> Coefficients:
+    """A coefficients file in the packaged fit's form (`wadiloco calibrate physics --out` writes one), read
+    within the input limits; errors name `file` and `field` (or the file and the coefficient)."""
+    from pathlib import Path
+
+    from wadiloco.models.errors import InputError
+    from wadiloco.models.spec.files import read_text
+
+    path = Path(path)
+    try:
+        doc = json.loads(read_text(path, "physics coefficients file"))
+    except InputError as e:
+        raise InputError(file if file is not None else path, field, f"{path}: {e.message}") from None
+    except ValueError as e:
+        raise InputError(path, "", f"not JSON ({e})") from None
+    got = doc.get("coefficients") if isinstance(doc, dict) else None
+    if not isinstance(got, dict):
+        raise InputError(path, "coefficients", "expected an object of coefficients, as the packaged fit's")
+    values = {}
+    for name in Coefficients.names():
+        v = got.get(name, {}).get("value") if isinstance(got.get(name), dict) else got.get(name)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (v >= 0 and v < float("inf")):
+            raise InputError(path, f"coefficients.{name}", f"a number >= 0 (got {v!r})")
+        values[name] = float(v)
+    for name in ("eta_f", "eta_b", "eta_dattn", "eta_moe", "p"):
+        if values[name] <= 0:
+            raise InputError(path, f"coefficients.{name}", "must be > 0")
+    return Coefficients(**values)
+
+
+def coefficients_doc(c: Coefficients, se: dict[str, float], fit: dict) -> dict:
+    """A coefficients file's content: each coefficient's value and standard error, and how they were fitted."""
+    return {
+        "_doc": "The physics latency law's coefficients (models/engine/physics.py), from wadiloco calibrate physics.",
+        "coefficients": {n: {"value": getattr(c, n), "se": se.get(n), "rows": ""} for n in Coefficients.names()},
+        "fit": fit,
+    }
