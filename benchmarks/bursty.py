@@ -62,7 +62,7 @@ def event_mark(env):
 
 
 def use_core(mod) -> None:
-    """Run the engines on serving module `mod` (models.engine._fast.serving, or the pure models.engine.serving)."""
+    """Run the engines on serving module `mod` (the compiled core's, or the pure models.engine.serving)."""
     sim_engine.EngineState, sim_engine.serve, sim_build.KVPool = mod.EngineState, mod.serve, mod.POOL
     sim_build.PrefixCache = mod.CACHE
 

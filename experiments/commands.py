@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -306,7 +307,7 @@ def _slo_line(s: dict) -> str:
 
 
 def _dur(v: float | None) -> str:
-    if v is None or v != v:
+    if v is None or math.isnan(v):
         return "n/a"
     return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s"
 
@@ -316,11 +317,34 @@ def _latencies(s: dict, name: str, qs=(50, 95, 99)) -> str:
     return " / ".join(_dur(v) for v in vals)
 
 
-def cmd_calibrate(args) -> int:
+def _calibration_fits(file: str | None) -> tuple:
+    """(calibration, linear fit, attention fit, interference weights) of `--file`, or of the packaged rows
+    (calibration None); a file of another shape is an InputError naming it."""
     import numpy as np
 
-    from wadiloco.models.engine.latency import fit_latency, load_calibration, relative_errors
+    from wadiloco.models.engine.latency import fit_latency, load_calibration
     from wadiloco.models.spec.schema import check_input
+    from wadiloco.models.training.interference import fit_weights
+
+    if not file:
+        return None, fit_latency(), fit_latency(form="attention"), fit_weights()
+    p = Path(file)
+    check_input(p, p, "--file", "calibration JSON file")
+    cal = load_calibration(p)  # a bounded read; errors name the file
+    try:
+        lat, w = fit_latency(cal), fit_weights(cal)
+        lat_attn = fit_latency(cal, form="attention")
+    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
+        what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
+        why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
+        raise InputError(p, "", why) from None
+    if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
+        raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
+    return cal, lat, lat_attn, w
+
+
+def cmd_calibrate(args) -> int:
+    from wadiloco.models.engine.latency import relative_errors
     from wadiloco.models.training.interference import fit_weights
 
     if args.profile == "network":
@@ -330,22 +354,7 @@ def cmd_calibrate(args) -> int:
         raise InputError(flags, "", "these flags belong to `wadiloco calibrate network`")
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
-    if args.file:
-        p = Path(args.file)
-        check_input(p, p, "--file", "calibration JSON file")
-        cal = load_calibration(p)  # a bounded read; errors name the file
-        try:
-            lat, w = fit_latency(cal), fit_weights(cal)
-            lat_attn = fit_latency(cal, form="attention")
-        except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
-            what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
-            why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
-            raise InputError(p, "", why) from None
-        if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
-            raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
-    else:
-        cal = None
-        lat, lat_attn, w = fit_latency(), fit_latency(form="attention"), fit_weights()
+    cal, lat, lat_attn, w = _calibration_fits(args.file)
     if args.json:
         from dataclasses import asdict
 

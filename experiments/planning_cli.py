@@ -113,13 +113,13 @@ def _cost(r: dict, name: str) -> str:
 
 def _interval(lo: float, hi: float, fmt=lambda x: f"{x:.2f}") -> str:
     """[lo, hi]; an open end reads as such (an interval of data without variance is the bracket)."""
-    if lo != lo or hi != hi:
+    if math.isnan(lo) or math.isnan(hi):
         return "(no interval)"
     return f"[{fmt(lo) if math.isfinite(lo) else '-inf'}, {fmt(hi) if math.isfinite(hi) else 'unbounded'}]"
 
 
 def _pct(x: float) -> str:
-    return "n/a" if x != x else f"{x:.1%}"
+    return "n/a" if math.isnan(x) else f"{x:.1%}"
 
 
 def _bar(total: int, desc: str, args):

@@ -1,4 +1,3 @@
-# cython: wraparound=False
 """Weighted max-min fair rates by progressive filling, on plain arrays: the arithmetic of every
 re-allocation of a shared resource (sim.fabric Fabric._reallocate), which setup.py compiles with the
 serving core (models/engine/_fast/__init__.py picks the compiled or the pure module, as for the engine).
@@ -36,58 +35,89 @@ def fair_share(cap, lk, off, weight, max_rate, rate, peak) -> None:
     n_pend, rnd, n_links = n, 0, 0
     while n_pend > 0:
         rnd += 1
-        k = 0
-        for i in range(n_pend):
-            j = pend[i]
-            w = weight[j]
-            for t in range(off[j], off[j + 1]):
-                x = lk[t]
-                if stamp[x] != rnd:
-                    stamp[x] = rnd
-                    wsum[x] = 0.0 + w
-                    order[k] = x
-                    k += 1
-                else:
-                    wsum[x] = wsum[x] + w
+        k = _weigh(lk, off, weight, pend, n_pend, rnd, stamp, wsum, order)
         if rnd == 1:
             n_links = k
             for i in range(k):
                 crossed[i] = order[i]
-        best, best_link = INF, -1
-        for i in range(k):
-            x = order[i]
-            lvl = left[x] / wsum[x]
-            if lvl < best:
-                best, best_link = lvl, x
-        cap_at, cap_lvl = -1, INF
-        for i in range(n_pend):
-            j = pend[i]
-            c = max_rate[j] / weight[j]
-            if cap_at < 0 or c < cap_lvl:
-                cap_at, cap_lvl = i, c
-        kept = 0
-        for i in range(n_pend):
-            j = pend[i]
-            if cap_lvl <= best:
-                hit = i == cap_at
+        best, best_link = _tightest_link(left, wsum, order, k)
+        cap_at, cap_lvl = _tightest_cap(weight, max_rate, pend, n_pend)
+        n_pend = _freeze(lk, off, weight, pend, n_pend, left, rate, best, best_link, cap_at, cap_lvl)
+    _loads(cap, lk, off, rate, peak, wsum, crossed, n_links, n)
+
+
+def _weigh(lk, off, weight, pend, n_pend: int, rnd: int, stamp, wsum, order) -> int:
+    """Round rnd's weight sum of every link the pending jobs cross (summed afresh, in job order), and
+    those links in the order the jobs first cross them (`order`); returns how many."""
+    k = 0
+    for i in range(n_pend):
+        j = pend[i]
+        w = weight[j]
+        for t in range(off[j], off[j + 1]):
+            x = lk[t]
+            if stamp[x] != rnd:
+                stamp[x] = rnd
+                wsum[x] = 0.0 + w
+                order[k] = x
+                k += 1
             else:
-                hit = False
-                for t in range(off[j], off[j + 1]):
-                    if lk[t] == best_link:
-                        hit = True
-                        break
-            if not hit:
-                pend[kept] = j
-                kept += 1
-                continue
-            r = weight[j] * (cap_lvl if cap_lvl <= best else best)
-            rate[j] = r
+                wsum[x] = wsum[x] + w
+    return k
+
+
+def _tightest_link(left, wsum, order, k: int) -> tuple[float, int]:
+    """(level, link): the first of the round's k links whose level (capacity left per weight) is least."""
+    best, best_link = INF, -1
+    for i in range(k):
+        x = order[i]
+        lvl = left[x] / wsum[x]
+        if lvl < best:
+            best, best_link = lvl, x
+    return best, best_link
+
+
+def _tightest_cap(weight, max_rate, pend, n_pend: int) -> tuple[int, float]:
+    """(position in pend, level): the first pending job of least max_rate / weight."""
+    cap_at, cap_lvl = -1, INF
+    for i in range(n_pend):
+        j = pend[i]
+        c = max_rate[j] / weight[j]
+        if cap_at < 0 or c < cap_lvl:
+            cap_at, cap_lvl = i, c
+    return cap_at, cap_lvl
+
+
+def _freeze(lk, off, weight, pend, n_pend: int, left, rate, best: float, best_link: int, cap_at: int, cap_lvl: float):
+    """Freeze the tightest constraint's jobs (the capped job, which wins a tie, or the tightest link's):
+    each takes weight x level, off every link it crosses (floored at 0). Returns the jobs still pending,
+    kept in order at the front of pend."""
+    kept = 0
+    for i in range(n_pend):
+        j = pend[i]
+        if cap_lvl <= best:
+            hit = i == cap_at
+        else:
+            hit = False
             for t in range(off[j], off[j + 1]):
-                x = lk[t]
-                y = left[x] - r
-                left[x] = y if y > 0.0 else 0.0
-        n_pend = kept
-    # each crossed link's load: its jobs' rates summed in job order (as sum() over the link's jobs)
+                if lk[t] == best_link:
+                    hit = True
+                    break
+        if not hit:
+            pend[kept] = j
+            kept += 1
+            continue
+        r = weight[j] * (cap_lvl if cap_lvl <= best else best)
+        rate[j] = r
+        for t in range(off[j], off[j + 1]):
+            x = lk[t]
+            y = left[x] - r
+            left[x] = y if y > 0.0 else 0.0
+    return kept
+
+
+def _loads(cap, lk, off, rate, peak, wsum, crossed, n_links: int, n: int) -> None:
+    """Each crossed link's load, its jobs' rates summed in job order (as sum() over the link's jobs),
+    raises its peak (limited links only)."""
     for i in range(n_links):
         wsum[crossed[i]] = 0.0
     for j in range(n):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wadiloco.models.cotenant import check_timetable
+from wadiloco.models.engine.latency import table_file, table_law
 from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
@@ -94,6 +95,8 @@ def check_inputs(sc: Scenario, file: object) -> None:
     file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
+    if sc.engine.latency == "table":  # (read once per process and file version: resolution asks again)
+        table_law(table_file(sc.engine.latency_table, sc.base_dir, file))
     path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
     if path is not None:
         check_refs(path, sc.engine.model, None, file)

@@ -19,7 +19,8 @@ from typing import Any
 from wadiloco.models.cotenant import CotenantPlan, cotenant_plan
 from wadiloco.models.engine.batching import EngineStep
 from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
-from wadiloco.models.engine.latency import default_latency
+from wadiloco.models.engine.latency import default_latency, table_file, table_law
+from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
@@ -178,7 +179,7 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
     prefix = prefix_spec(sc)
     kv, holder = kv_specs(sc, block_bytes, prefix)
     return EngineSpec(
-        latency=fit.latency() if fit is not None else default_latency(e.latency),
+        latency=latency_law(sc, fit),
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -198,6 +199,16 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
         kv_bytes_per_token=bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes),
         start_delay_s=fit.start_delay_s if fit is not None else None,
     )
+
+
+def latency_law(sc: Scenario, fit: ModelFit | None) -> LatencyLaw:
+    """The GPU step's law (models.engine.laws): an engine profile's model's fit, the measured table
+    (engine.latency_table, or the H200 rows), or the linear or attention fit of the H200 rows."""
+    if fit is not None:
+        return fit.latency().law()
+    if sc.engine.latency == "table":
+        return table_law(table_file(sc.engine.latency_table, sc.base_dir, sc.source))
+    return default_latency(sc.engine.latency).law()
 
 
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:
@@ -235,15 +246,15 @@ def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVS
     reserved = 0
     if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
         reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
-    kv = KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, 0, e.preemption == "swap")
+    kv = KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, 0, e.preemption)
     if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
         return kv, kv
     m = sc.merge
     shard = sc.training.params / sc.fleet.hosts_per_island
     hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
     if e.merge_memory == "always":
-        return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved + hold, 0, kv.swap)
-    return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, hold, kv.swap)
+        return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved + hold, 0, kv.preemption)
+    return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, hold, kv.preemption)
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:

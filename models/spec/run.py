@@ -13,12 +13,12 @@ result extras (`extras`). Sizes in bytes, bandwidths in Gb/s, times in seconds, 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pydantic import BaseModel
 
 from wadiloco.models.cotenant import CotenantPlan
 from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.laws import LatencyLaw, law_of
 from wadiloco.models.policies import Params, Policy
 from wadiloco.models.spec.load import check_policy_in
 from wadiloco.models.training.interference import InterferenceWeights
@@ -71,7 +71,7 @@ class KVSpec:
     watermark: float
     reserved: int
     hold: int
-    swap: bool  # preemption by swapping to host memory (else recompute)
+    preemption: str  # what preemption does with a decoder (engine.preemption: models.engine.preemption.MODES)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class PrefixSpec:
 class EngineSpec:
     """Every sidecar's engine: the iteration's laws and sizes."""
 
-    latency: Any  # the GPU step's law (models.engine.latency): a + b*prefill + c*sum_ctx + d*batch or a profile's
+    latency: LatencyLaw  # the GPU step's law (models.engine.laws): linear, attention, a table, or a profile's fit
     host_s: float  # fixed host time per iteration (0 under a profile's model: its law is the whole iteration)
     step: EngineStep
     max_num_seqs: int
@@ -280,5 +280,5 @@ class RunSpec:
         return replace(self, policy=replace(self.policy, cls=cls, params=params))
 
     def with_latency(self, latency) -> RunSpec:
-        """The same run with another GPU step law (tests, metamorphic checks)."""
-        return replace(self, engine=replace(self.engine, latency=latency))
+        """The same run with another GPU step law (tests, metamorphic checks; a fitted model: its law)."""
+        return replace(self, engine=replace(self.engine, latency=law_of(latency)))

@@ -222,11 +222,19 @@ class EngineConfig(Strict):
         "(host_overhead_s and cuda_graphs unused; prefill tokens cost nothing beyond their iteration). Source: "
         "the profile's own data.",
     )
-    latency: Literal["linear", "attention"] = Field(
+    latency: Literal["linear", "attention", "table"] = Field(
         "linear",
         description="The GPU step's latency law: linear = a + b*prefill + c*sum_ctx + d*batch (R^2 0.960); "
-        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%). "
-        "Source: design card (the linear law); H200 calibration (both fits).",
+        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%); "
+        "table = measured step times interpolated, no fitted form (engine.latency_table; docs/engine.md). "
+        "Source: design card (the linear law); H200 calibration (both fits, and the table's default rows).",
+    )
+    latency_table: str | None = Field(
+        None,
+        description="The measured step times of engine.latency: table, a JSON file in the calibration file's "
+        "shape (latency_model.decode rows: batch, ctx, p50_ms; latency_model.prefill rows: tokens, p50_ms), "
+        "relative to the scenario; null: the H200 calibration's rows. Unit: a path. Source: the scenario (a "
+        "file of the user's measurements).",
     )
     kv_blocks: int | None = Field(
         None,
@@ -318,6 +326,8 @@ class EngineConfig(Strict):
             )
         if self.model is not None and self.profile is None:
             raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
+        if self.latency_table is not None and self.latency != "table":
+            raise ValueError("engine.latency_table holds the step times of engine.latency: table; set it too")
         if self.preemption != "recompute" and self.kv_blocks is None and self.gpu_memory_gb is None:
             raise ValueError("engine.preemption swap preempts KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         if self.merge_memory != "none" and self.kv_blocks is None and self.gpu_memory_gb is None:
@@ -940,6 +950,7 @@ OPT_IN_FIELDS = (
     "engine.frontend_per_request_s",
     "engine.frontend_per_token_s",
     "engine.latency",
+    "engine.latency_table",
     "merge.serialize_threads",
     "engine.kv_blocks",
     "engine.kv_block_size",

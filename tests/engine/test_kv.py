@@ -102,10 +102,11 @@ def test_closed_forms_against_brute_force():
         kv = KVPool(50, bs)
         n = rnd.randint(1, 5)
         for _ in range(n):
-            kv.cnt[rnd.randrange(bs)] += 1
+            kv.enter(rnd.randrange(bs))  # a decoder of that phase
         kv.used = rnd.randint(0, 50)
         t0, k = rnd.randint(0, 60), rnd.randint(1, 80)
-        takes = [kv.cnt[(t0 + j) % bs] for j in range(2000)]
+        cnt = kv.cnt
+        takes = [cnt[(t0 + j) % bs] for j in range(2000)]
         assert [kv.need(m, t0, n) for m in range(25)] == [sum(takes[:m]) for m in range(25)]
         m = 0
         while sum(takes[: m + 1]) <= 50 - kv.used:
@@ -189,7 +190,7 @@ def _three_swap(ff: bool, pcie_gbps: float, block_bytes: int = 4096):
     gpu, cpu = Fabric(env, "t/gpu").link("gpu0", 1.0), Fabric(env, "t/cpu").link("cpu", 1.0)
     pcie = Fabric(env, "t/pcie").link("pcie", pcie_gbps)
     arr = Arrivals(np.zeros(3), np.array([4, 4, 4]), np.array([6, 6, 6]))
-    kv = KVPool(6, 4, swap=True)
+    kv = KVPool(6, 4, preemption="swap")
     s = Sidecar(
         env, 0, arr, LAT, max_num_seqs=8, max_num_batched_tokens=512, host_s=0.0, gpu=gpu, host=cpu,
         fast_forward=ff, kv=kv, pcie=pcie, block_bytes=block_bytes,
@@ -217,7 +218,7 @@ def test_hand_computed_swap(ff):
         assert fin[0] == fin[1] == pytest.approx(e5, abs=1e-15) and fin[2] == pytest.approx(e6, abs=1e-15)
         if gbps == math.inf:
             assert (fin[0], fin[2]) == (e5, e6)  # exactly: no transfer time at all
-        assert (kv.preemptions, kv.copied, kv.used, len(kv.swapped)) == (1, 4, 0, 0)
+        assert (kv.preemptions, kv.copied, kv.used, len(kv.mode.parked)) == (1, 4, 0, 0)
         assert list(s.core.prompt) == [4, 4, 4] and list(s.core.output) == [6, 6, 6]
 
 

@@ -230,13 +230,15 @@ def test_stale_compiled_core_falls_back_to_pure(monkeypatch):
         SOURCE_DIGEST = "0" * 64
 
     real = import_module
-    monkeypatch.setattr(core, "import_module", lambda name: Stale if name.endswith("_serving_c") else real(name))
+    monkeypatch.setattr(core, "import_module", lambda name: Stale if name == f"{core.PACKAGE}.serving" else real(name))
     monkeypatch.delenv(core.PURE_ENV, raising=False)
     with pytest.warns(UserWarning, match="stale"):
-        mod, kind = core.select()
-    assert mod is pure and kind.startswith("pure: compiled core stale")
+        kind = core.select()
+    assert kind.startswith("pure: compiled core stale")
+    monkeypatch.setattr(core, "KIND", kind)
+    assert core.core("serving") is pure and core.core("kv") is import_module("wadiloco.models.engine.kv")
     monkeypatch.setenv(core.PURE_ENV, "1")
-    assert core.select() == (pure, "pure")
+    assert core.select() == "pure"
 
 
 def test_setup_and_loader_digest_the_same_sources():
@@ -244,7 +246,7 @@ def test_setup_and_loader_digest_the_same_sources():
     imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     keep = [n for n in imports if getattr(n, "module", None) != "setuptools"]
     keep += [n for n in tree.body if getattr(n, "name", None) == "source_digest"]
-    names = ("ROOT", "MODELS", "_MANIFEST")
+    names = ("ROOT", "MODELS", "FAST", "_MANIFEST")
     keep += [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names]
     keep += [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple)]
     ns: dict = {"__file__": str(ROOT / "setup.py")}

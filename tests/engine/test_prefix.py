@@ -130,7 +130,7 @@ def test_kv_conservation_with_shared_blocks_and_the_check_fires():
         shared_seen += bool(kv.shared)
     assert kv.preemptions > 10 and shared_seen > 100 and px.hit_tokens > 5000 and s.counts(np.inf).finished == 80
     assert kv.used == 0 and not kv.shared and not px.pins
-    kv.share[0] = 1  # blocks counted shared for a request that is not running
+    kv.set_share(0, 1)  # blocks counted shared for a request that is not running
     with pytest.raises(inv.InvariantError, match="KV conservation, sidecar 0"):
         inv.check_kv(0, s.core)
 

@@ -9,8 +9,10 @@ workloads, is tests/sim/test_queueing.py.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
+from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -282,31 +284,90 @@ def test_delay_to_never_ends_a_wait_early():
         assert a + d >= b and (a + d == b or a + math.nextafter(d, 0.0) < b)
 
 
-# ---- models/engine/_fast/heap.py: the compiled core's finish heap ----------------------------------------------------
+# ---- models/engine/heap.py and fifo.py: the cores' finish heap and request queues -------------------------------
 
 
 def _twins(name: str) -> list:
-    """The pure module NAME (models/engine/_fast/manifest.py) run as Python, and its compiled copy `_NAME_c`
-    when setup.py built it."""
+    """The module NAME of models/engine/_fast/manifest.py run as Python, and its compiled twin
+    (`_fast.NAME`) when setup.py built it."""
     from importlib import import_module
 
     from wadiloco.models.engine import _fast
 
-    mods = [import_module(f"wadiloco.models.{_fast.PURE[name]}")]
+    mods = [import_module(_fast.PURE[name])]
     try:
-        mods.append(import_module(f"{_fast.PACKAGE}._{name}_c"))  # (built by setup.py with the serving core)
+        mods.append(import_module(f"{_fast.PACKAGE}.{name}"))  # (built by setup.py with the serving core)
     except ImportError:
         pass
     return mods
 
 
+class ListHeap:
+    """The oracle of KeyHeap: a list and the standard library's heapq, under KeyHeap's method names."""
+
+    def __init__(self) -> None:
+        self.a: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def __iter__(self):
+        return iter(self.a)
+
+    def push(self, x: int) -> None:
+        heapq.heappush(self.a, x)
+
+    def pop(self) -> int:
+        return heapq.heappop(self.a)
+
+    def top(self) -> int:
+        return self.a[0]
+
+    def pop_due(self, t: int) -> int:
+        return heapq.heappop(self.a) if self.a and self.a[0] >> 32 <= t else -1
+
+    def load(self, keys) -> None:
+        self.a[:] = keys
+
+    def take(self, rid: int) -> int:
+        a = self.a
+        j = next((j for j, x in enumerate(a) if x & 0xFFFFFFFF == rid), None)
+        if j is None:
+            raise ValueError(f"request {rid} is not decoding")
+        x = a[j]
+        a[j] = a[-1]
+        a.pop()
+        heapq.heapify(a)
+        return x
+
+
+class ListFifo(deque):
+    """The oracle of RingFifo: a deque under RingFifo's method names."""
+
+    n = property(deque.__len__)
+    push = deque.append
+    push_front = deque.appendleft
+    pop_front = deque.popleft
+    at = deque.__getitem__
+
+    def drop(self, k: int) -> None:
+        if k > len(self):
+            raise IndexError(f"drop {k} of {len(self)}")
+        for _ in range(k):
+            self.popleft()
+
+    def load(self, ids) -> None:
+        self.clear()
+        self.extend(ids)
+
+
 @pytest.mark.parametrize("mod", _twins("heap"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_key_heap_is_the_list_heap_item_for_item(mod):
-    """The compiled core's KeyHeap (models/engine/_fast/heap.py, CPython's heapq algorithms on an array; compiled,
-    on C integers) holds every key where the pure core's ListHeap (a list and heapq) holds it and
+    """The cores' KeyHeap (models/engine/heap.py, CPython's heapq algorithms on an array; compiled, on C
+    integers) holds every key where a list and heapq (ListHeap) hold it and
     returns the same keys, on random pushes, pops (due or not), removals (preemption's `take`, which
     heapifies) and loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
-    from wadiloco.models.engine._fast.heap import MASK, ListHeap
+    from wadiloco.models.engine.heap import MASK
 
     rnd = random.Random(3)
     ours, theirs, big = mod.KeyHeap(), ListHeap(), 0
@@ -345,17 +406,12 @@ def test_key_heap_is_the_list_heap_item_for_item(mod):
             h.take(7)
 
 
-# ---- models/engine/_fast/fifo.py: the compiled core's request queues ------------------------------------------------
-
-
 @pytest.mark.parametrize("mod", _twins("fifo"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_ring_fifo_is_the_list_fifo_item_for_item(mod):
-    """The compiled core's RingFifo (an array ring; compiled, C integers) holds the ids the pure core's
-    ListFifo (a deque) holds, in the same order, and gives the same answers, on random pushes at either
+    """The cores' RingFifo (models/engine/fifo.py, an array ring; compiled, C integers) holds the ids a
+    deque (ListFifo) holds, in the same order, and gives the same answers, on random pushes at either
     end, pops, looks at any position, drops, removals (preemption) and loads (a tape's copy), past its
     growth and with the ring wrapped."""
-    from wadiloco.models.engine._fast.fifo import ListFifo
-
     rnd = random.Random(5)
     ours, theirs, big, nxt = mod.RingFifo(), ListFifo(), 0, 0
     for i in range(20_000):

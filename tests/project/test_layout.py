@@ -49,7 +49,7 @@ def test_no_bare_top_level_imports():
     assert not bad, "import through the wadiloco namespace: " + ", ".join(bad)
 
 
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
 
 
 def long_functions(paths) -> list[str]:
@@ -66,8 +66,9 @@ def long_functions(paths) -> list[str]:
     return out
 
 
-def test_no_function_over_80_lines():
-    paths = [p for top in ("models", "sim", "experiments") for p in sorted((ROOT / top).rglob("*.py"))]
+def test_no_function_over_60_lines():
+    """In the project's code (the test suite's own functions aside)."""
+    paths = [p for top in ("models", "sim", "experiments", "benchmarks") for p in sorted((ROOT / top).rglob("*.py"))]
     assert len(paths) > 50
     long = long_functions(paths)
     assert not long, "split these: " + "; ".join(long)

@@ -220,7 +220,7 @@ def test_conservation_check_fires_when_an_engine_drops_a_request(monkeypatch):
 
     def lossy(self, now, n_dec, sum_ctx):
         if not dropped and len(self.waiting) > 1:
-            dropped.append(self.waiting.pop())  # gone from every queue, never booked
+            dropped.append(self.waiting.pop_front())  # gone from every queue, never booked
         return admit(self, now, n_dec, sum_ctx)
 
     monkeypatch.setattr(engine, "EngineState", serving.EngineState)

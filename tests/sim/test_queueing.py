@@ -375,6 +375,8 @@ REF_ENGINES = {
     "frontend": {k.removeprefix("engine."): v for k, v in OVERLAPPED_FRONTEND.items()},
     "attention": {"latency": "attention"},
     "attention-chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256, "latency": "attention"},
+    "table": {"latency": "table"},  # no line: every iteration stepped (fast-forward or not)
+    "table-chunked": {"max_num_seqs": 8, "max_num_batched_tokens": 256, "latency": "table"},
 }
 
 

@@ -1,91 +1,37 @@
-# cython: boundscheck=False, wraparound=False
 """The decoders' finish heap: a min-heap of integer keys (models.engine.serving `key`: due << 32 | rid).
 
-Two classes with one interface and one algorithm, CPython's heapq (Lib/heapq.py: `_siftdown`,
-`_siftup`), so after every call both hold the same keys in the same places and pop them in the
-same order (tests/engine/test_serving_core.py):
-
-* `ListHeap`, the pure-Python serving core's: a list and the standard library's heapq (C, comparing
-  Python ints).
-* `KeyHeap`, the compiled core's (setup.py has the compiled serving import it in place of ListHeap):
-  the keys in an array('q'), sifted here as C integers (heap.pxd), so a push or a pop makes no Python
-  int. Uncompiled it runs as written (the tests compare it with ListHeap).
+CPython's heapq algorithms (Lib/heapq.py: `_siftdown`, `_siftup`) on the keys in an array('q'), so a
+compiled core sifts them as C integers and a push or a pop makes no Python int; both cores run this one
+class, and it holds every key where heapq on a list would (tests/engine/test_serving_core.py).
 """
 
 from __future__ import annotations
 
-import heapq
 from array import array
 
 MASK = 0xFFFFFFFF  # a key's request id (models.engine.serving `key`)
 
 
-class ListHeap:
-    __slots__ = ("a",)
-
-    def __init__(self) -> None:
-        self.a: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.a)
-
-    def __iter__(self):
-        return iter(self.a)
-
-    def push(self, x: int) -> None:
-        heapq.heappush(self.a, x)
-
-    def pop(self) -> int:
-        """The least key, removed (IndexError if empty)."""
-        return heapq.heappop(self.a)
-
-    def top(self) -> int:
-        return self.a[0]
-
-    def pop_due(self, t: int) -> int:
-        """The least key, removed, if it is due by iteration t (key >> 32 <= t); else -1, nothing removed."""
-        a = self.a
-        if a and a[0] >> 32 <= t:
-            return heapq.heappop(a)
-        return -1
-
-    def load(self, keys) -> None:
-        """Hold exactly `keys`, in this order (a heap already: models.engine.tape copies one)."""
-        self.a[:] = keys
-
-    def take(self, rid: int) -> int:
-        """Remove request rid's key and return it: the last key takes its place, then heapify."""
-        a = self.a
-        j = next((j for j, x in enumerate(a) if x & MASK == rid), None)
-        if j is None:
-            raise ValueError(f"request {rid} is not decoding")
-        x = a[j]
-        a[j] = a[-1]
-        a.pop()
-        heapq.heapify(a)
-        return x
-
-
 class KeyHeap:
-    __slots__ = ("a", "n", "_a", "_cap")
+    __slots__ = ("n", "_a", "_cap")
 
     def __init__(self) -> None:
-        self.a = array("q", bytes(8 * 64))  # keys in heap order; slots from n on are spare
-        self._a = self.a  # (compiled: a typed view)
-        self._cap = 64  # len(a), a C field where the compiled heap reads it
+        self._a = array("q", bytes(8 * 64))  # keys in heap order; slots from n on are spare
+        self._cap = 64  # its length
         self.n = 0
 
     def __len__(self) -> int:
         return self.n
 
     def __iter__(self):
-        return iter(self.a[: self.n])
+        return iter([self._a[j] for j in range(self.n)])
 
     def _room(self) -> None:
-        self._a = None  # (an array with a view cannot grow)
-        self.a.extend(array("q", bytes(8 * len(self.a))))
-        self._a = self.a
-        self._cap = len(self.a)
+        """Twice the slots (a new array: the compiled heap holds a view of the old one)."""
+        keys = array("q", [self._a[j] for j in range(self.n)])
+        keys.frombytes(bytes(8 * (2 * self._cap - self.n)))
+        self._a = keys
+        self._cap = len(keys)
 
     def push(self, x: int) -> None:
         if self.n == self._cap:

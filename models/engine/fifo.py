@@ -1,54 +1,28 @@
-# cython: boundscheck=False, wraparound=False
 """An engine's request queues (models.engine.serving: `waiting`, `prefilling`): request ids, first in, first out.
 
-Two classes with one interface, as models/engine/_fast/heap.py has two heaps, so that both hold the same ids in
-the same order after every call (tests/engine/test_serving_core.py):
+The ids in a ring of array('q') slots, so a compiled core reads and writes them as C integers (a push,
+a pop or a look at the j-th makes no Python int); both cores run this one class, and it holds the ids a
+deque would, in the same order (tests/engine/test_serving_core.py).
 
-* `ListFifo`, the pure-Python serving core's: a deque (C), its methods under the interface's names.
-* `RingFifo`, the compiled core's (setup.py has the compiled serving import it in place of ListFifo):
-  the ids in a ring of array('q') slots, read and written as C integers (fifo.pxd), so a push, a pop
-  or a look at the j-th makes no Python int and no Python call. Uncompiled it runs as written.
-
-The interface: `len` (and `n`, the same, which the compiled core reads as a C field), iteration and
-`in`; push(x) at the tail, push_front(x) at the head (a preempted request), pop_front(), at(j) (the
-j-th from the head; negative j from the tail), drop(k) (the first k), remove(x) (its first
-occurrence), load(ids) (hold exactly these, a tape's copy).
+The interface: `len` (and `n`, the same, a field), iteration and `in`; push(x) at the tail,
+push_front(x) at the head (a preempted request), pop_front(), at(j) (the j-th from the head; negative
+j from the tail), drop(k) (the first k), remove(x) (its first occurrence), load(ids) (hold exactly
+these, a tape's copy).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import deque
-
-
-class ListFifo(deque):
-    __slots__ = ()
-    n = property(deque.__len__)
-    push = deque.append
-    push_front = deque.appendleft
-    pop_front = deque.popleft
-    at = deque.__getitem__
-
-    def drop(self, k: int) -> None:
-        if k > len(self):
-            raise IndexError(f"drop {k} of {len(self)}")
-        for _ in range(k):
-            self.popleft()
-
-    def load(self, ids) -> None:
-        self.clear()
-        self.extend(ids)
 
 
 class RingFifo:
-    __slots__ = ("a", "h", "n", "_a", "_m")
+    __slots__ = ("h", "n", "_a", "_m")
 
     def __init__(self) -> None:
-        self.a = array("q", bytes(8 * 64))  # the ids in slots h, h + 1, ... (mod len(a), a power of two)
-        self._a = self.a  # (compiled: a typed view)
+        self._a = array("q", bytes(8 * 64))  # the ids in slots h, h + 1, ... (mod its length, a power of two)
         self.h = 0
         self.n = 0
-        self._m = 63  # len(a) - 1
+        self._m = 63  # its length - 1
 
     def __len__(self) -> int:
         return self.n
@@ -60,15 +34,13 @@ class RingFifo:
         return any(self._a[(self.h + j) & self._m] == x for j in range(self.n))
 
     def _room(self) -> None:
-        """Twice the slots, the ids unrolled to start at slot 0."""
-        ids = list(self)
-        self._a = None  # (an array with a view cannot be replaced in place)
-        self.a = array("q", bytes(16 * len(self.a)))
-        self._a = self.a
-        self._m = len(self.a) - 1
+        """Twice the slots, the ids unrolled to start at slot 0 (a new array: the compiled ring holds a
+        view of the old one)."""
+        ids = array("q", [self._a[(self.h + j) & self._m] for j in range(self.n)])
+        ids.frombytes(bytes(8 * (2 * (self._m + 1) - self.n)))
+        self._a = ids
+        self._m = len(ids) - 1
         self.h = 0
-        for j in range(len(ids)):
-            self._a[j] = ids[j]
 
     def push(self, x: int) -> None:
         if self.n > self._m:
