@@ -20,6 +20,7 @@ from wadiloco.models.cotenant import check_timetable
 from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.scenario import (
     EngineConfig,
     FleetConfig,
@@ -80,7 +81,8 @@ def check_policy(sc: Scenario, name: str, params: dict | None, file: object, whe
 def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base_dir: str, file: object, where: str):
     """`check_policy` against a corridor and the folder the params' files are relative to."""
     cls, p = parse_policy(name, params, file, where)
-    problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
+    with named_by(file, f"{where}.params"):  # a file the params name: its own errors name it and its line
+        problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
     if problem:
         raise InputError(file, f"{where}.params", problem)
     return cls, p
