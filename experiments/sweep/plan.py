@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
+from wadiloco.experiments.sweep.plugins import load_plugins, plugin_files, plugin_modules
 from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES
@@ -256,7 +256,7 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
         bootstrap=spec.bootstrap,
         gate=spec.gate,
         plugins=plugins,
-        inputs=input_digests([r.scenario for r in regimes], plugins),
+        inputs=input_digests([r.scenario for r in regimes], plugins, [a.params for a in arms]),
     )
 
 
@@ -271,18 +271,21 @@ def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: s
     check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)", other)
 
 
-def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> dict[str, str]:
+def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = (), params: list[dict] = ()) -> dict[str, str]:
     """sha256 of every file the runs read besides the scenario (whose parsed content is its digest):
-    any string field naming an existing file (a trace, a profile), the plugin files and the packaged
-    calibration. Part of the sweep's identity, so --resume after editing one starts no mixture."""
+    any string naming an existing file in a scenario or in a policy's params (a trace, a profile, a
+    windows file, a replay schedule; relative to the scenario, as the runs read them), the plugins'
+    files (a .py path, or a module's source files) and the packaged calibration. Part of the
+    sweep's identity, so --resume after editing one starts no mixture."""
     from importlib import resources
 
     from wadiloco.models.engine.latency import CALIBRATION_FILE
 
-    files = {str(Path(p)) for p in plugins if p.endswith(".py")}
+    files = {str(f.resolve()) for f in plugin_files(plugins)}
     for sc in scenarios:
-        for s in _strings(sc.model_dump(mode="json")):
-            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s else None
+        strings = [*_strings(sc.model_dump(mode="json")), *(x for p in params for x in _strings(p))]
+        for s in strings:
+            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s and "\0" not in s else None
             p = p if p is None or p.is_absolute() else Path(sc.base_dir) / p
             if p is not None and p.is_file():
                 files.add(str(p.resolve()))
