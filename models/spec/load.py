@@ -33,7 +33,7 @@ from wadiloco.models.spec.scenario import (
     TrainingConfig,
 )
 from wadiloco.models.spec.schema import Strict, check_finite, format_validation_error, read_yaml, validate
-from wadiloco.models.workload.kinds import parse_workload
+from wadiloco.models.workload.kinds import WORKLOADS, parse_workload
 
 _check_finite = check_finite  # the name experiments.sweep imports
 
@@ -91,7 +91,8 @@ def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base
 def check_inputs(sc: Scenario, file: object) -> None:
     """The checks against the registries and the files a scenario names, cheap (nothing is fitted or
     built): the workload's params (a trace is read, once per process and file), the engine profile's
-    file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
+    file, model and co-tenant entry, the policy's params against the corridor, the timetables, and
+    everything else a fleet's build would fail at (models.spec.resolve `check_buildable`). The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
     path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
@@ -109,6 +110,9 @@ def check_inputs(sc: Scenario, file: object) -> None:
             check_refs(path, None, c.profile_entry, file)
     if lab is not None:
         check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
+    from wadiloco.models.spec.resolve import check_buildable  # (resolve imports this module)
+
+    check_buildable(sc, WORKLOADS[workload.kind].clients is not None, file)
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
 

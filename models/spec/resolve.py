@@ -65,7 +65,7 @@ def resolve(
     pol = _policy(sc, policy, params, file, where)
     check_combinations(sc, WORKLOADS[workload.kind].clients is not None, file)
     w = interference_weights(sc)
-    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None)
+    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None, file)
     entry = sc.cotenant.profile_entry if sc.cotenant is not None else None
     return RunSpec(
         name=sc.name,
@@ -168,13 +168,13 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
     )
 
 
-def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> EngineSpec:
+def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None, file: object = None) -> EngineSpec:
     e = sc.engine
     block_bytes = e.kv_block_size * bytes_per_token(
         e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes
     )
     prefix = prefix_spec(sc)
-    kv, holder = kv_specs(sc, block_bytes, prefix)
+    kv, holder = kv_specs(sc, block_bytes, prefix, file)
     return EngineSpec(
         latency=fit.latency() if fit is not None else default_latency(e.latency),
         host_s=host_s(sc, w),
@@ -215,33 +215,63 @@ def prefix_spec(sc: Scenario) -> PrefixSpec | None:
     return PrefixSpec(tokens // MOONCAKE_BLOCK_TOKENS, MOONCAKE_BLOCK_TOKENS)
 
 
-def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVSpec | None, KVSpec | None]:
+def kv_specs(
+    sc: Scenario, block_bytes: int, px: PrefixSpec | None, file: object = None
+) -> tuple[KVSpec | None, KVSpec | None]:
     """(a sidecar's KV pool, that of a sidecar holding its host's merge buffers), None: unlimited (no
     pool given, or fleet.unlimited names kv). Under same_gpu with merge_memory set, the sidecar that
     runs its host's outer step (the host's first GPU, as sim.merge does) keeps the merge buffers out
-    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same."""
+    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same.
+    A pool that cannot hold one request's block (the memory after the weights, or what a prefix cache
+    and merge buffers leave) is an input error naming the field that takes the room."""
     e = sc.engine
+    file = sc.source if file is None else file
     if (e.kv_blocks is None and e.gpu_memory_gb is None) or "kv" in sc.fleet.unlimited:
         return None, None
-    if e.kv_blocks is not None:
-        pool = e.kv_blocks
-    else:
-        gb = 1e9
-        pool = pool_blocks(
-            e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
-        )
+    pool = e.kv_blocks if e.kv_blocks is not None else _memory_pool(sc, block_bytes, file)
+    what = (
+        f"engine.kv_blocks ({pool:,})"
+        if e.kv_blocks is not None
+        else f"the {pool:,} blocks engine.gpu_memory_gb leaves"
+    )
     reserved = 0
     if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
         reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
+        if reserved >= pool:
+            msg = f"the prefix cache takes {reserved:,} KV blocks, all of {what}: none is left for requests"
+            raise InputError(file, "engine.prefix_cache", msg)
     kv = KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, 0, e.preemption == "swap")
     if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
         return kv, kv
     m = sc.merge
     shard = sc.training.params / sc.fleet.hosts_per_island
     hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
+    if reserved + hold >= pool:
+        prefix = f" and the prefix cache's {reserved:,}" if reserved else ""
+        msg = (
+            f"the merge buffers (a host's shard of training.params: {hold:,} KV blocks){prefix} take all of {what}"
+            f"{' while a merge runs' if e.merge_memory == 'merge' else ''}: none is left for requests"
+        )
+        raise InputError(file, "engine.merge_memory", msg)
     if e.merge_memory == "always":
         return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved + hold, 0, kv.swap)
     return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, hold, kv.swap)
+
+
+def _memory_pool(sc: Scenario, block_bytes: int, file: object) -> int:
+    """The blocks vLLM's memory profiler leaves: engine.gpu_memory_gb x utilisation - weights - activations."""
+    e, gb = sc.engine, 1e9
+    free = e.gpu_memory_gb * e.gpu_memory_utilization - e.weights_gb - e.activation_gb
+    if free * gb < block_bytes:
+        msg = (
+            f"{e.gpu_memory_gb:g} GB x gpu_memory_utilization {e.gpu_memory_utilization:g} - engine.weights_gb "
+            f"{e.weights_gb:g} - engine.activation_gb {e.activation_gb:g} leaves {free:.4g} GB, not one KV block "
+            f"({block_bytes:,} bytes): no KV pool can exist; raise engine.gpu_memory_gb or lower the weights"
+        )
+        raise InputError(file, "engine.gpu_memory_gb", msg)
+    return pool_blocks(
+        e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
+    )
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:
@@ -316,11 +346,24 @@ def workload_spec(sc: Scenario, params) -> WorkloadSpec:
 
 
 def router_spec(sc: Scenario, file: object) -> RouterSpec:
-    """The router; a routing one parsed (an unknown name or bad params: an input error naming router.*)."""
-    if not routed(sc):
-        return RouterSpec(sc.router.name, None, None, False)
+    """The router, parsed (an unknown name or params it does not take, `static`'s too: an input
+    error naming router.*); a static one runs no process."""
     cls, params = parse_router(sc.router.name, sc.router.params, file)
+    if cls.static:
+        return RouterSpec(sc.router.name, None, None, False)
     return RouterSpec(cls.name, cls, params, True)
+
+
+def check_buildable(sc: Scenario, closed: bool, file: object) -> None:
+    """What would stop a run when its fleet is built, found when the scenario is validated (nothing
+    is fitted): blocks ruled out together, the router and its params, a KV pool that cannot exist."""
+    check_combinations(sc, closed, file)
+    router_spec(sc, file)
+    e = sc.engine
+    block_bytes = e.kv_block_size * bytes_per_token(
+        e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes
+    )
+    kv_specs(sc, block_bytes, prefix_spec(sc), file)
 
 
 def routed(sc: Scenario) -> bool:
