@@ -47,10 +47,24 @@ class SearchSpec:
         return max(0, math.ceil(math.log2((self.hi - self.lo) / self.tol))) if self.tol < self.hi - self.lo else 0
 
 
-def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1) -> None:
-    """Refuse, before any run, a search that cannot end in reasonable time: too fine a --tol, too
-    many runs in all, or a single run (at the top load of the bracket) over the limits."""
+def check_search(
+    sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1, params: dict | None = None
+) -> None:
+    """Refuse, before any run, a search that cannot be made or cannot end in reasonable time: a
+    workload without a load to search, too fine a --tol, too many runs in all, or a run (at the top
+    load of the bracket) that would fail to build, its policy not fitting, or over the limits."""
     from wadiloco.models.spec.limits import check_count, check_run
+    from wadiloco.models.spec.resolve import resolve
+    from wadiloco.models.workload.kinds import WORKLOADS
+
+    kind = WORKLOADS.get(str(sc.workload.get("kind")))
+    if kind is not None and "load" not in kind.params.model_fields:
+        raise InputError(
+            sc.source,
+            "workload.kind",
+            f"a capacity search varies workload.load, and a {kind.name} workload has none (its clients set how "
+            "much they send); use an open-loop workload kind",
+        )
 
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
@@ -68,8 +82,13 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
     arms = 1 if policy == "no_sync" else 2
     check_count("runs", seeds * arms * (2 + n), "<command line>", "--seeds", "runs this search needs")
     check_count("workers", workers, "<command line>", "--workers", "worker processes")
-    top = {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
-    check_run(with_overrides(sc, top), prefix="at the top of the load bracket: ")
+    top = with_overrides(
+        sc, {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
+    )
+    check_run(top, prefix="at the top of the load bracket: ")
+    resolve(
+        top, policy, params, file=sc.source
+    )  # what each run's resolution would refuse (a profile's fit, the policy)
 
 
 def attainment_at(

@@ -35,8 +35,10 @@ from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec,
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES
 from wadiloco.models.policies.registry import unknown_policy
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.limits import check_count, check_run
 from wadiloco.models.spec.load import Scenario, check_policy, load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.spec.schema import input_problem, read_input
 
 BASELINE = "no_sync"
@@ -351,6 +353,8 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
         ) from None
     name = r.name or sc.name
     check_run(sc, file=file, prefix=f"regimes.{i} ({name}): ")  # before any output exists
+    with named_by(file, f"regimes.{i} ({name})"):
+        resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
     return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
 
 
