@@ -20,6 +20,7 @@ from wadiloco.models.cotenant import check_timetable
 from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
+from wadiloco.models.spec.buildcheck import check_buildable
 from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.scenario import (
     EngineConfig,
@@ -92,7 +93,7 @@ def check_inputs(sc: Scenario, file: object) -> None:
     """The checks against the registries and the files a scenario names, cheap (nothing is fitted or
     built): the workload's params (a trace is read, once per process and file), the engine profile's
     file, model and co-tenant entry, the policy's params against the corridor, the timetables, and
-    everything else a fleet's build would fail at (models.spec.resolve `check_buildable`). The
+    everything else a fleet's build would fail at (models.spec.buildcheck). The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
     path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
@@ -110,8 +111,6 @@ def check_inputs(sc: Scenario, file: object) -> None:
             check_refs(path, None, c.profile_entry, file)
     if lab is not None:
         check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
-    from wadiloco.models.spec.resolve import check_buildable  # (resolve imports this module)
-
     check_buildable(sc, WORKLOADS[workload.kind].clients is not None, file)
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
