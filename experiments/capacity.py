@@ -21,7 +21,6 @@ loads it visited and says when it does not (`monotone_warning`).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +98,9 @@ def attainment_at(
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary
+    if s["slo_violation_rate"] is None:  # no request arrived: no attainment to compare with the target
+        why = f"a run at load {load:g} (seed {seed}) had no requests, so it says nothing about the SLO"
+        raise InputError(sc.source, "horizon_s", f"{why}; lengthen the horizon (--horizon)")
     return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), int(s["merges"])
 
 
@@ -221,13 +223,19 @@ def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[d
             bar.update(n)
 
     if workers > 1 and not tasks[0][-1]:  # fleet_kw (e.g. a latency model) stays in this process
-        import multiprocessing as mp
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_EXCEPTION, wait
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        from wadiloco.experiments.sweep.backends import process_pool
+        from wadiloco.experiments.sweep.plugins import plugin_modules
+
+        with process_pool(min(workers, len(tasks)), plugin_modules()) as ex:  # workers die with the command
             futures = [ex.submit(_task, t) for t in tasks]
-            for _ in as_completed(futures):
-                advance(per_search)
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()  # a worker's error (an InputError arrives as itself) stops the search now
+                    advance(per_search)
             return [f.result() for f in futures]
     results = []
     for t in tasks:
