@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from wadiloco.experiments.store import DAMAGED
 from wadiloco.experiments.sweep.plugins import load_plugins, plugin_files, plugin_modules
 from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.errors import InputError
@@ -222,6 +225,20 @@ class Plan:
             gate=GateSpec.model_validate(d.get("gate") or {}),
             inputs=dict(d.get("inputs") or {}),
         )
+
+    @classmethod
+    def from_store(cls, store) -> Plan:
+        """The plan a store (experiments.store.Store) keeps; a damaged one is an input error naming it."""
+        try:
+            plan = cls.from_dict(store.plan())
+            if not plan.seeds or not plan.regimes or not plan.arms:
+                raise ValueError("no seeds, regimes or policies")
+            return plan
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ValidationError) as e:
+            why = f"missing {e}" if isinstance(e, KeyError) else type(e).__name__
+            raise InputError(
+                store.path, "meta.plan", f"its sweep description is malformed ({why}); {DAMAGED}"
+            ) from None
 
 
 # ---- building a plan from a sweep file ---------------------------------------------------------
