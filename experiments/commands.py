@@ -231,6 +231,8 @@ def _slo_line(s: dict) -> str:
         if (v := slo.get(key)) is not None
     ]
     rate = s.get("slo_violation_rate")
+    if not s.get("requests"):
+        return f"SLO violation rate  {'n/a':>10}   (no requests arrived: nothing to rate)"
     if rate is None or not bounds:
         return f"SLO violation rate  {'n/a':>10}   (no SLO set: slo.ttft_s, slo.tpot_s, slo.e2e_s)"
     return f"SLO violation rate  {rate:>10.2%}   ({' and '.join(bounds)})"

@@ -26,7 +26,7 @@ def plugin_modules() -> tuple[str, ...]:
     """The plugins $WADILOCO_PLUGINS names, .py paths made absolute (workers may run elsewhere)."""
     raw = os.environ.get(PLUGINS_ENV, "")
     parts = [p.strip() for chunk in raw.split(",") for p in chunk.split(os.pathsep)]
-    return tuple(str(Path(p).resolve()) if p.endswith(".py") else p for p in parts if p)
+    return tuple(os.path.abspath(p) if p.endswith(".py") else p for p in parts if p)  # a symlink stays one
 
 
 def _import(p: str) -> None:
