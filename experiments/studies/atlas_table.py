@@ -37,7 +37,7 @@ import pandas as pd
 
 from wadiloco.experiments.output import read_table
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.files import check_input, read_text
+from wadiloco.models.spec.files import check_input, json_text, read_text
 
 START = "<!-- atlas:start -->"
 END = "<!-- atlas:end -->"
@@ -177,10 +177,7 @@ def read_capacity(out: Path) -> dict[str, Any]:
     p = out / CAPACITY_FILE
     if not p.exists() and not p.is_symlink():
         return {}
-    try:
-        doc = json.loads(read_text(p, "capacity file"))
-    except ValueError:
-        doc = None
+    doc = json_text(read_text(p, "capacity file"), p)
     if not isinstance(doc, dict):
         raise InputError(
             p, "", "not the capacity file `--capacity` writes (a JSON mapping); remove it or run --capacity"

@@ -204,13 +204,20 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def json_line(text: str, path: str | Path, n: int) -> object:
-    """One line of JSON, strictly: no NaN or Infinity, no integer past 20 digits."""
+def json_text(text: str, path: str | Path, where: str = "") -> object:
+    """A JSON document (or one line of a JSON-lines file), strictly: no NaN or Infinity, no integer
+    past 20 digits; an error says where, never what the text holds."""
     try:
         return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         msg = getattr(e, "msg", None) or (str(e).splitlines() or [type(e).__name__])[0]
-        raise InputError(path, f"line {n}", f"not valid JSON ({msg[:120]})") from None
+        at = f" at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) and not where else ""
+        raise InputError(path, where, f"not valid JSON ({msg[:120]}{at})") from None
+
+
+def json_line(text: str, path: str | Path, n: int) -> object:
+    """One line of a JSON-lines file (`json_text`)."""
+    return json_text(text, path, f"line {n}")
 
 
 def json_records(path: str | Path, what: str = "file", text: str | None = None) -> list[tuple[int, dict]]:
