@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -277,13 +278,30 @@ class Store:
         return sm if isinstance(sm, dict) else None
 
     def detail(self, key: tuple) -> bytes | None:
-        """The packed per-request end-to-end latencies kept for baseline runs."""
+        """The packed per-request end-to-end latencies kept for baseline runs (checked: `_packed`)."""
         row = self.conn.execute(
             "SELECT detail FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
             "AND seed=? AND draw=? AND status='ok'",
             key,
         ).fetchone()
-        return bytes(row[0]) if row and row[0] is not None else None
+        return self._packed(row[0], f"runs (seed {key[3]}, draw {key[4]})") if row and row[0] is not None else None
+
+    def check_details(self) -> None:
+        """Every stored run's packed latencies unpack (what --resume hands the runs that compare with them)."""
+        try:
+            for n, (blob,) in enumerate(self.conn.execute("SELECT detail FROM runs WHERE detail IS NOT NULL"), 1):
+                self._packed(blob, f"runs, detail {n}")
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"cannot read the results store ({e})") from None
+
+    def _packed(self, blob: object, where: str) -> bytes:
+        """A detail blob: zlib-packed float32 values (experiments.sweep.worker.pack_e2e)."""
+        try:
+            if isinstance(blob, (bytes, memoryview)) and len(zlib.decompress(bytes(blob))) % 4 == 0:
+                return bytes(blob)
+        except zlib.error:
+            pass
+        raise InputError(self.path, where, f"its packed latencies do not unpack; {DAMAGED}")
 
     def rows(self, with_timeline: bool = False) -> Iterator[dict[str, Any]]:
         cols = [

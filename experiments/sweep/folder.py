@@ -142,6 +142,7 @@ def _refuse_other(plan: Plan, out: Path, resume: bool) -> None:
             ro.provenance()
             for _ in ro.rows():  # every stored run read as the report will read it: damage found before any write
                 pass
+            ro.check_details()
     finally:
         ro.close()
 
