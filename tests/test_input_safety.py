@@ -48,18 +48,30 @@ def test_number_lines_are_strict_and_never_quote(tmp_path, text, where, why):
 @pytest.mark.parametrize(
     "line, why",
     [
-        ('{"t": NaN}', "NaN"),
-        ('{"t": Infinity}', "Infinity"),
-        ('{"t": 1' + "0" * 400 + "}", "20 digits"),
-        ('["s3cr3tpassw0rd"]', "a JSON list"),
+        ('{"ts_ms": NaN, "event": "merged"}', "ts_ms: must be a number (got NaN)"),
+        ('{"ts_ms": -Infinity, "event": "merged"}', "ts_ms: must be a number (got -Infinity)"),
+        ('{"ts_ms": 1' + "0" * 400 + ', "event": "merged"}', "(got an integer of 401 digits)"),
+        ('{"ts_ms": true, "event": "merged"}', "(got a boolean)"),
+        ('{"ts_ms": "s3cr3tpassw0rd", "event": "merged"}', "(got a text of 14 character(s))"),
+        ('["s3cr3tpassw0rd"]', "expected a JSON object (got a JSON list)"),
     ],
 )
-def test_json_records_are_strict_and_never_quote(tmp_path, line, why):
-    p = tmp_path / "r.jsonl"
-    p.write_text('{"t": 1}\n' + line + "\n")
+def test_coordinator_logs_are_strict_and_never_quote(tmp_path, line, why):
+    from wadiloco.models.testbed.timetables import load_sync_trace
+
+    p = tmp_path / "coordinator.jsonl"
+    p.write_text('{"ts_ms": 0, "event": "coordinator_start"}\n' + line + "\n")
     with pytest.raises(InputError) as e:
-        files.json_records(p)
+        load_sync_trace(p)
     assert e.value.where == "line 2" and why in e.value.message and "s3cr3t" not in str(e.value)
+
+
+def test_json_text_keeps_what_no_number_is_as_a_value_every_check_refuses(tmp_path):
+    doc = files.json_text('{"a": NaN, "b": 1' + "0" * 400 + ', "c": 10}', tmp_path / "x.json")
+    assert isinstance(doc["a"], files.Unreadable) and files.describe(doc["a"]) == "NaN"
+    assert files.describe(doc["b"]) == "an integer of 401 digits" and doc["c"] == 10
+    with pytest.raises(InputError, match="not valid JSON"):
+        files.json_text("{s3cr3t", tmp_path / "x.json")
 
 
 @pytest.mark.parametrize("v", [True, "1", math.nan, math.inf, 10**400, None, [1]])

@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.files import check_input, read_text
+from wadiloco.models.spec.files import input_problem, read_text
 
 PLUGINS_ENV = "WADILOCO_PLUGINS"
 _LOADED: set[str] = set()
@@ -30,12 +30,16 @@ def plugin_modules() -> tuple[str, ...]:
 
 
 def _import(p: str) -> None:
+    files = module_files(p) if not p.endswith(".py") else [Path(p)]
+    for f in files:  # regular files within the input size limit (the import system reads a module's)
+        problem = input_problem(f, "plugin (.py file)")
+        if problem:
+            who = "it" if f == Path(p) else str(f)
+            what = f"{who} {problem}" if problem.startswith("is ") else f"{problem} ({who})" if who != "it" else problem
+            raise InputError(f"${PLUGINS_ENV}", p, f"cannot import plugin: {what}")
     if not p.endswith(".py"):
-        for f in module_files(p):  # a module's files are read by the import system: checked first
-            check_input(f, f"${PLUGINS_ENV}", p, "plugin module file")
         importlib.import_module(p)
         return
-    check_input(p, f"${PLUGINS_ENV}", "", "plugin (.py file)")  # a regular file within the input size limit
     source = read_text(p, "plugin (.py file)")
     name = "wadiloco_plugin_" + Path(p).stem
     mod = types.ModuleType(name)

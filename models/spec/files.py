@@ -148,6 +148,8 @@ def named_by(file: object, field: str) -> Iterator[None]:
 
 def describe(v: object) -> str:
     """A bad value described, never quoted: its kind and size."""
+    if isinstance(v, Unreadable):
+        return v.what
     if isinstance(v, bool):
         return "a boolean"
     if isinstance(v, (int, float)):
@@ -194,21 +196,34 @@ def number_lines(path: str | Path, field: str, lo: float = -math.inf, hi: float 
     return out
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
+class Unreadable:
+    """A JSON value no number this reader takes: NaN, Infinity, or an integer too long to be one. It
+    is no int or float, so every field check refuses it and says what it was (`describe`)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what
 
 
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 20:
-        raise ValueError("an integer of more than 20 digits")
-    return int(text)
+MAX_INT_DIGITS = 300  # past a float's range: an integer this long is no count or time
+
+
+def _constant(name: str) -> Unreadable:
+    return Unreadable(name)
+
+
+def _bounded_int(text: str) -> int | Unreadable:
+    n = len(text.lstrip("-"))
+    return int(text) if n <= MAX_INT_DIGITS else Unreadable(f"an integer of {n:,} digits")
 
 
 def json_text(text: str, path: str | Path, where: str = "") -> object:
-    """A JSON document (or one line of a JSON-lines file), strictly: no NaN or Infinity, no integer
-    past 20 digits; an error says where, never what the text holds."""
+    """A JSON document (or one line of a JSON-lines file), strictly: NaN, Infinity and integers of
+    more than 300 digits come back as `Unreadable` values, which every field check refuses by name;
+    a syntax error says where, never what the text holds."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int)
+        return json.loads(text, parse_constant=_constant, parse_int=_bounded_int)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         msg = getattr(e, "msg", None) or (str(e).splitlines() or [type(e).__name__])[0]
         at = f" at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) and not where else ""

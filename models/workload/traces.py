@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import describe as describe_value
 from wadiloco.models.spec.files import json_line, read_text
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -320,12 +321,10 @@ def _hash_ids(p: Path, n: int, ids: object) -> tuple[int, ...]:
 
 def _show(v: object) -> str:
     """A bad value described, not quoted: the path may name any file, and an error message must
-    not print its contents."""
+    not print its contents (numbers in range are shown)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return "a number out of range" if not _finite(v) else f"{v:.6g}"
-    if isinstance(v, str):
-        return f"a text of {len(v)} character(s)" if v.strip() else "an empty field"
-    return f"a JSON {type(v).__name__}"
+    return describe_value(v)
 
 
 def _finite(x: int | float) -> bool:
