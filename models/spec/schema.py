@@ -210,14 +210,17 @@ def read_yaml(path: str | Path, quote: bool = True) -> Any:
     return load_yaml_text(read_text(p, "YAML file"), p, quote=quote)
 
 
-def check_finite(obj: Any, file: object, path: str = "") -> None:
+def check_finite(obj: Any, file: object, path: str = "", booleans: bool = True) -> None:
     """Reject NaN, infinity and out-of-range integers anywhere in parsed YAML, free-form mappings
-    included (pydantic checks only the fields it types). Each shared node (a YAML alias) is walked
-    once; the walk is iterative, so depth costs no stack."""
+    included (pydantic checks only the fields it types), and booleans too where none belongs (a
+    measurements file). Each shared node (a YAML alias) is walked once; the walk is iterative, so
+    depth costs no stack."""
     seen: set[int] = set()
     todo: list[tuple[Any, str]] = [(obj, path)]
     while todo:
         o, where = todo.pop()
+        if isinstance(o, bool) and not booleans:
+            raise InputError(file, where or "<root>", "must be a number, not a boolean")
         if isinstance(o, float) and not math.isfinite(o):
             raise InputError(file, where or "<root>", f"must be a finite number (got {o})")
         if isinstance(o, int) and not isinstance(o, bool) and abs(o) > MAX_INT:
