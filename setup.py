@@ -1,4 +1,4 @@
-"""Build the compiled serving core (issue 16): Cython, pure-Python mode, from the project's own sources.
+"""Build the compiled serving core: Cython, pure-Python mode, from the project's own sources.
 
 models/engine/batching.py, kv.py and serving.py stay the one source of the engine's logic, and
 models/network/fairshare.py of the fabric's re-allocations (plain Python; models/*.pxd beside them add C types
@@ -88,7 +88,7 @@ def extensions() -> list:
             # Typed views index request ids and slots that the arrays' growth (EngineState._grow,
             # KVPool.room, PrefixCache._room) keeps in range; unchecked, they cost a load each.
             # Negative indices still wrap as in Python. The pure modules, which check every index,
-            # give the same rows bit for bit (tests/test_performance.py).
+            # give the same rows bit for bit (tests/engine/test_performance.py).
             "boundscheck": False,
             "initializedcheck": False,
         },

@@ -19,7 +19,7 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
                           core_import_s what a fresh process pays to import it (`--pure`: pure only);
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
 largest disagreement in per-request times between the modes and the reference (a sanity check;
-tests/test_queueing.py asserts it). One process, one thread: these measure one core.
+tests/sim/test_queueing.py asserts it). One process, one thread: these measure one core.
 
 Then (benchmarks/sweep_speed.py, benchmarks/memory.py; `--skip-sweep`, `--skip-memory` leave them out):
   sweep_runs_per_min_1w/_2w  experiments/smoke.yaml through experiments.sweep.execute_plan on 1 and

@@ -7,7 +7,7 @@ It serves two purposes:
 * the **baseline** of `python -m wadiloco.benchmarks`: `heapq_ratio` is the engine's time over this
   loop's time on the same arrivals and latency model.
 
-The model (SPEC.md section 2, vLLM v1 scheduling order), one iteration at a time:
+The model (docs/model.md, vLLM v1 scheduling order), one iteration at a time:
 
 1. At the start of an iteration every request that has arrived (t <= now) is waiting.
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request.

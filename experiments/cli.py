@@ -166,7 +166,7 @@ def one_error_path(command: Callable[[], int | None]) -> int:
     except OSError as e:
         return _os_error(e)
     except MemoryError:
-        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and README, Input safety)")
+        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and docs/input_safety.md)")
     except RecursionError:
         _say("error: an input is nested too deeply to process")
     except Exception as e:  # noqa: BLE001 - no traceback, ever; but say it is ours

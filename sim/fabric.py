@@ -243,7 +243,7 @@ class Fabric:
 
     def _reallocate(self) -> None:
         """Progressive filling (models.network.fairshare: its float operations, their order and tie-breaks are
-        the plain statement's, which tests/test_fabric.py keeps bit-identical), then each job's finish
+        the plain statement's, which tests/network/test_fabric.py keeps bit-identical), then each job's finish
         and the timer of the next one. The links' peak loads are raised there too."""
         jobs = self.jobs
         now = self.env.now

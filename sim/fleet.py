@@ -221,7 +221,7 @@ class Fleet:
     def decide(self, step: int) -> bool:
         """The policy's answer for inner step `step`, from what the monitor observes now; or, for a
         planned policy (Policy.next_merge), from the step count, reading nothing of the engines,
-        which may then have run ahead of now (tests/test_policies.py: it equals `decide`'s)."""
+        which may then have run ahead of now (tests/policies/test_policies.py: it equals `decide`'s)."""
         if self.planned:
             return self.policy.next_merge(step - 1, self.trainer.last_merge_step) == step
         return bool(self.policy.decide(self.monitor.observe(step)))

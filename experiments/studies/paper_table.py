@@ -68,7 +68,7 @@ REQUIRED = [
 
 # ---- what the paper reports -----------------------------------------------------------------
 # Source: Twelftree, Lemphers, He, Yang (2026), "Not Every Sync Is Safe: Calibrated DiLoCo Scheduling
-# for Shared AI Infrastructure" (CC BY 4.0), as restated in ../shared/SPEC.md section 1 ("Its
+# for Shared AI Infrastructure" (CC BY 4.0), as restated in docs/sources.md, the paper ("Its
 # findings" table). The paper's percentages are sync-excess SLO-violation rates (violations with
 # merges minus the same run without merges). These are the paper's numbers, shown for comparison
 # only; nothing in the simulator is fitted to them.

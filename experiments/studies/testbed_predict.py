@@ -1,5 +1,5 @@
 """The twin's numbers from a testbed sweep's store: the Stage 10 side by side, and the Stage 11-13
-predictions with the testbed protocol's statistics (paper_testbed.md section 5).
+predictions with the testbed protocol's statistics (docs/sources.md, testbed 5).
 
 Every run of a testbed scenario carries the testbed's own summary (`summary["testbed"]`, made from
 the labelled request table: models.results.metrics.testbed_figures). Here:

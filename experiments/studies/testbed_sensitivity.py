@@ -1,6 +1,6 @@
 """How much each testbed prediction moves when one assumption of the twin changes.
 
-Stage 10 cannot fix everything the Stage 11-13 predictions use (paper_testbed.md 6.3, 7;
+Stage 10 cannot fix everything the Stage 11-13 predictions use (docs/sources.md, testbed 6.3, 7;
 docs/testbed/). Each variant changes one assumption and reruns the Stage 11-13 part of
 experiments/testbed.yaml (all seeds, all policies) into DIR/sensitivity/<variant>/; the table then
 reports each prediction's move against the default run in DIR. The variants:

@@ -63,7 +63,7 @@ def collect(out_dir: str | Path) -> dict[str, Any]:
     return out
 
 
-# the policies each stage ran in the artifact (paper_testbed.md 4); the twin's extra no_sync baselines
+# the policies each stage ran in the artifact (docs/sources.md, testbed 4); the twin's extra no_sync baselines
 # (Stages 11 and 13) stay in --json-detail and the Markdown
 STAGE11 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "pressure_gate_matched", "random_matched", "wa_diloco")
 STAGE12 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "wa_diloco", "stage12_calibrated_replay", "no_sync")
@@ -149,7 +149,7 @@ def predictions_table(preds: dict) -> list[str]:
     return _md(header, body)
 
 
-# The paper's own Stage 12-13 figures (SLO-violation %, ../shared/SPEC.md section 1) and the twin's
+# The paper's own Stage 12-13 figures (SLO-violation %, docs/sources.md, the paper) and the twin's
 # cell each is set beside: (stage, the twin's policy, what the paper names, its figure).
 PAPER_FIGURES = [
     ("stage12_bursty", "stage12_calibrated_replay", "offline calibrated oracle", 4.45),

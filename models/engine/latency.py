@@ -3,7 +3,7 @@
 Two forms, fitted to the p50 of every decode row (batch B at context ctx: sum_ctx = B*ctx, batch = B)
 and every prefill row (T tokens: prefill_tokens = T, batch = 1):
 
-- `linear` (SPEC.md's model, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
+- `linear` (the design card's model, docs/sources.md, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
   R^2 0.960; it misses the 8192-token prefill by 20% (and the 512-token one by 21%), because
   prefill attention grows with chunk length x context, which a linear model lacks.
 - `attention`: t = a + b*rows + c*sum_ctx + e*attention_pairs, where rows = prefill_tokens + batch
@@ -28,7 +28,7 @@ in rational arithmetic and each coefficient rounded once). Simulations use the e
 worker, for a 19-row fit; and a solve through the BLAS (statsmodels, numpy's pinv) differs in the
 last bits from one CPU to another (OpenBLAS picks its kernels by CPU), which moved every simulated
 figure by ulps between machines. The exact fit is the same float on every machine.
-tests/test_latency_forms.py and tests/test_hot_path.py check that both give the same coefficients.
+tests/engine/test_latency_forms.py and tests/engine/test_hot_path.py check that both give the same coefficients.
 """
 
 from __future__ import annotations

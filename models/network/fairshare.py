@@ -7,7 +7,7 @@ Jobs cross links (indices into `cap`); each has a weight and a cap on its rate. 
 link splits what it has left among its unfrozen jobs in proportion to their weights, and the tightest
 constraint freezes first: the link with the least level (capacity left per unit of weight), or a
 job's own cap. The float operations, their order and the tie-breaks are those of the plain statement
-(tests/test_fabric.py keeps the two bit-identical):
+(tests/network/test_fabric.py keeps the two bit-identical):
 - a link's weight sum is summed afresh each round, over the unfrozen jobs in job order;
 - the tightest link is the first whose level is least, in the order the unfrozen jobs first cross
   the links (job by job, link by link);

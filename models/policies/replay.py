@@ -1,4 +1,4 @@
-"""`replay`: merge at given times, as the paper's testbed replayed sync schedules (paper_testbed.md 3.4-3.6).
+"""`replay`: merge at given times, as the paper's testbed replayed sync schedules (docs/sources.md, testbed 3.4-3.6).
 
 The schedule is fixed input: the policy reads the clock and nothing of the workload, so it is online
 in the oracle-boundary sense. It merges at the first step boundary at or after each scheduled start

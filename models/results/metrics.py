@@ -173,7 +173,7 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 # Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
 # whether a request started in a sync window, and with a pressure source, the max pressure at its
-# start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).
+# start and whether that is high (docs/sources.md, testbed 2.6; the testbed reads them at batch start).
 LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
 
 
@@ -217,7 +217,7 @@ def sorted_percentiles(xs: np.ndarray, q) -> list[float]:
     method step for step (numpy.lib._function_base_impl: the virtual index (n - 1) q / 100, its floor
     and the next order statistic, both the last one past the end, and `_lerp`, which interpolates
     from the nearer one).
-    tests/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
+    tests/engine/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
     n = len(xs)
     v = (n - 1) * np.true_divide(np.asarray(q, dtype=np.float64), 100)
     lo = np.floor(v)

@@ -1,6 +1,6 @@
 """Pure building blocks of a simulated twin of the paper's real vLLM testbed (Stages 10-13).
 
-The testbed (paper_testbed.md 1) is one B200 serving closed-loop batches of fixed prompts with vLLM,
+The testbed (docs/sources.md, testbed 1) is one B200 serving closed-loop batches of fixed prompts with vLLM,
 time-shared with a matmul "stress" process that follows a timetable. The twin calibrates on Stage 10
 (section 6) and predicts Stages 11-13, whose measured outcomes are deliberately not used anywhere.
 This package holds the plain, SimPy-free parts (numpy only), each with its source:

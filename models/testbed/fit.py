@@ -130,7 +130,7 @@ def _l_u_for(settings: dict, l_s: float, delay: float, requests: int) -> float:
 def fit_run(name: str) -> RunFit:
     """A run's fit: the stored one when it was solved from today's measurements and code (solving the
     six `both` runs takes ~10 s per process, and every worker of a sweep or test run needs them),
-    else solved afresh; both give the same numbers bit for bit (tests/test_testbed_fit.py)."""
+    else solved afresh; both give the same numbers bit for bit (tests/testbed/test_testbed_fit.py)."""
     stored = _stored().get(name)
     return stored if stored is not None else solve_run(name)
 
@@ -205,7 +205,7 @@ def in_sample(fits=None) -> list[dict]:
 
 def main(argv=None) -> int:
     """`--write`: solve every run and store the fits in the package (run it after changing the Stage 10
-    file or the fit's code; tests/test_testbed_fit.py says when it is due). `--check`: exit 1 if stale."""
+    file or the fit's code; tests/testbed/test_testbed_fit.py says when it is due). `--check`: exit 1 if stale."""
     ap = argparse.ArgumentParser(prog="python -m wadiloco.models.testbed.fit", description=main.__doc__)
     ap.add_argument("--write", action="store_true", help="solve all runs and write " + STORED)
     ap.add_argument("--check", action="store_true", help="exit 1 if the stored fits are stale")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-POLL_S = 0.05  # the stress loop sleeps 50 ms between checks while idle (paper_testbed.md 3.1)
+POLL_S = 0.05  # the stress loop sleeps 50 ms between checks while idle (docs/sources.md, testbed 3.1)
 
 
 def stress_intervals(intervals: Sequence[tuple[float, float]], poll_s: float = POLL_S) -> list[tuple[float, float]]:

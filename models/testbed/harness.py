@@ -1,4 +1,4 @@
-"""A simulated run of the paper's DiLoCo stress harness (paper_testbed.md 3.5): the coordinator's
+"""A simulated run of the paper's DiLoCo stress harness (docs/sources.md, testbed 3.5): the coordinator's
 event log (coordinator_start, control_cycle, merged, coordinator_stop) for a policy and a seed.
 
 The traces it rebuilds are replay INPUTS of Stages 11-13 (their merge times were never released);

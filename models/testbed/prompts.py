@@ -1,7 +1,7 @@
 """The testbed's fixed prompt sets as token lengths per slot, and the output lengths of a batch.
 
 The testbed builds the prompt of slot k = (global request index) mod 4 from four short instructions
-and one preamble (paper_testbed.md 2.3). Character counts are exact in the artifact; token counts are
+and one preamble (docs/sources.md, testbed 2.3). Character counts are exact in the artifact; token counts are
 NOT tokenizer output: the artifact only has word-count estimates (~1.3 tokens per word). Every token
 value below is such an estimate, with its source next to it.
 
@@ -9,7 +9,7 @@ Instruction lengths in characters, recovered from the artifact's exact prompt le
 long slot k = preamble (522, ends with "Incident notes: ", joined without a separator) + 24 copies of
 instruction k joined by spaces = 522 + 24 L_k + 23, so L = 78 / 77 / 72 / 69 from 2417 / 2393 / 2273 /
 2201; mixed (1, 4, 12, 24 copies, preamble in front from 12) then gives 78 / 311 / 1397 / 2201, the
-artifact's mixed lengths exactly (tests/test_testbed_pure.py checks both).
+artifact's mixed lengths exactly (tests/testbed/test_testbed_pure.py checks both).
 """
 
 from __future__ import annotations

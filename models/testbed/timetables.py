@@ -6,7 +6,7 @@ A `Timetable` holds two views of one set, both exact (nothing is sampled):
   start times. The intervals are the closure of that set: they differ from it only at the end points
   of strict rules, a set of measure zero.
 
-The rules and their sources (paper_testbed.md): `periodic` is Stage 10's `t mod 37 <= 8` (3.3);
+The rules and their sources (docs/sources.md, the paper's testbed): `periodic` is Stage 10's `t mod 37 <= 8` (3.3);
 `pressure` is the 3.2 schedule, high when max(network, inference, checkpoint) >= 0.6; `windows` is
 the replayed schedule of 3.4 (inclusive windows, the `--sync-events-repeat` wrap); `bursty` is the
 busy test of 2.4, `(t + phase) mod period < window` (strict), which also sets c(t) and the bursty

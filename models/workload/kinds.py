@@ -511,7 +511,7 @@ class SteadyConcurrency(Strict):
 
 
 class BurstyConcurrency(Strict):
-    """Busy batches while (t + phase_s) mod period_s < window_s at batch start (paper_testbed.md 2.4)."""
+    """Busy batches while (t + phase_s) mod period_s < window_s at batch start (docs/sources.md, testbed 2.4)."""
 
     kind: Literal["bursty"] = "bursty"
     quiet: int = Field(4, ge=1, le=4096)

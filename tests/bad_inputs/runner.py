@@ -4,7 +4,7 @@
 
 Every case goes through the real command line, `wadiloco.experiments.cli.main`, in this process
 (many cases per process: one start-up per class) or, with --real, as `python -m
-wadiloco.experiments.cli` in a child process of its own. The caller (tests/test_bad_input_corpus.py)
+wadiloco.experiments.cli` in a child process of its own. The caller (tests/experiments/test_bad_input_corpus.py)
 runs this script in a child with a memory and CPU limit; each case also has a wall-clock limit. A
 case passes when the command exits with the expected code (2 unless it says otherwise) and one
 message (no blank line, no traceback) that contains every needle and none of the `absent` texts,

@@ -7,7 +7,7 @@ The compiled modules have names of their own (`_serving_c`, `_batching_c`, `_hea
 built from. They are used only if it matches the sources beside this file: a tree edited since the
 build runs its pure modules, with one warning, and results never depend on whether a binary is stale.
 $WADILOCO_PURE=1 (or the CLI's and the benchmark's `--pure`, which set it) picks the pure modules.
-`KIND` says which one runs and why. Both give bit-identical results (tests/test_performance.py).
+`KIND` says which one runs and why. Both give bit-identical results (tests/engine/test_performance.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """An engine's request queues (models.engine.serving: `waiting`, `prefilling`): request ids, first in, first out.
 
 Two classes with one interface, as models/engine/_fast/heap.py has two heaps, so that both hold the same ids in
-the same order after every call (tests/test_serving_core.py):
+the same order after every call (tests/engine/test_serving_core.py):
 
 * `ListFifo`, the pure-Python serving core's: a deque (C), its methods under the interface's names.
 * `RingFifo`, the compiled core's (setup.py has the compiled serving import it in place of ListFifo):

@@ -3,7 +3,7 @@
 
 Two classes with one interface and one algorithm, CPython's heapq (Lib/heapq.py: `_siftdown`,
 `_siftup`), so after every call both hold the same keys in the same places and pop them in the
-same order (tests/test_serving_core.py):
+same order (tests/engine/test_serving_core.py):
 
 * `ListHeap`, the pure-Python serving core's: a list and the standard library's heapq (C, comparing
   Python ints).
