@@ -25,7 +25,6 @@ loads it visited and says when it does not (`monotone_warning`).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -52,10 +51,24 @@ class SearchSpec:
         return max(0, math.ceil(math.log2((self.hi - self.lo) / self.tol))) if self.tol < self.hi - self.lo else 0
 
 
-def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1) -> None:
-    """Refuse, before any run, a search that cannot end in reasonable time: too fine a --tol, too
-    many runs in all, or a single run (at the top load of the bracket) over the limits."""
+def check_search(
+    sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1, params: dict | None = None
+) -> None:
+    """Refuse, before any run, a search that cannot be made or cannot end in reasonable time: a
+    workload without a load to search, too fine a --tol, too many runs in all, or a run (at the top
+    load of the bracket) that would fail to build, its policy not fitting, or over the limits."""
     from wadiloco.models.spec.limits import check_count, check_run
+    from wadiloco.models.spec.resolve import resolve
+    from wadiloco.models.workload.kinds import WORKLOADS
+
+    kind = WORKLOADS.get(str(sc.workload.get("kind")))
+    if kind is not None and "load" not in kind.params.model_fields:
+        raise InputError(
+            sc.source,
+            "workload.kind",
+            f"a capacity search varies workload.load, and a {kind.name} workload has none (its clients set how "
+            "much they send); use an open-loop workload kind",
+        )
 
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
@@ -72,8 +85,13 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
         )
     check_count("runs", seeds * arms(policy) * (2 + n), "<command line>", "--seeds", "runs this search needs")
     check_count("workers", workers, "<command line>", "--workers", "worker processes")
-    top = {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
-    check_run(with_overrides(sc, top), prefix="at the top of the load bracket: ")
+    top = with_overrides(
+        sc, {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
+    )
+    check_run(top, prefix="at the top of the load bracket: ")
+    resolve(
+        top, policy, params, file=sc.source
+    )  # what each run's resolution would refuse (a profile's fit, the policy)
 
 
 def attainment_at(
@@ -85,6 +103,9 @@ def attainment_at(
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary
+    if s["slo_violation_rate"] is None:  # no request arrived: no attainment to compare with the target
+        why = f"a run at load {load:g} (seed {seed}) had no requests, so it says nothing about the SLO"
+        raise InputError(sc.source, "horizon_s", f"{why}; lengthen the horizon (--horizon)")
     merges = int(s["merges"]) + int(s["merges_unfinished"])
     return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), merges
 
@@ -211,13 +232,19 @@ def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[d
             bar.update(n)
 
     if workers > 1 and not tasks[0][-1]:  # fleet_kw (e.g. a latency model) stays in this process
-        import multiprocessing as mp
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_EXCEPTION, wait
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        from wadiloco.experiments.sweep.backends import process_pool
+        from wadiloco.experiments.sweep.plugins import plugin_modules
+
+        with process_pool(min(workers, len(tasks)), plugin_modules()) as ex:  # workers die with the command
             futures = [ex.submit(_task, t) for t in tasks]
-            for _ in as_completed(futures):
-                advance(per_search)
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()  # a worker's error (an InputError arrives as itself) stops the search now
+                    advance(per_search)
             return [f.result() for f in futures]
     results = []
     for t in tasks:

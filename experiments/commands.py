@@ -305,6 +305,8 @@ def _slo_line(s: dict) -> str:
         if (v := slo.get(key)) is not None
     ]
     rate = s.get("slo_violation_rate")
+    if not s.get("requests"):
+        return f"SLO violation rate  {'n/a':>10}   (no requests arrived: nothing to rate)"
     if rate is None or not bounds:
         return f"SLO violation rate  {'n/a':>10}   (no SLO set: slo.ttft_s, slo.tpot_s, slo.e2e_s)"
     return f"SLO violation rate  {rate:>10.2%}   ({' and '.join(bounds)})"
@@ -339,8 +341,10 @@ def _calibration_fits(file: str | None) -> tuple:
         lat, w = fit_latency(cal), fit_weights(cal)
         lat_attn = fit_latency(cal, form="attention")
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
-        what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
-        why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
+        # the exception's own text may quote the file (numpy: "could not convert string to float:
+        # '...'"): only a missing key, which is the schema's, is named
+        what = f"missing {e}" if isinstance(e, KeyError) else "a value the fit reads as a number is not one"
+        why = f"not a calibration file of the expected shape ({what})"
         raise InputError(p, "", why) from None
     if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
         raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")

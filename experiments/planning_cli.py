@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -72,7 +73,7 @@ def _setup(args):
     if args.workers < 1:
         raise InputError("<command line>", "--workers", "must be at least 1")
     spec = SearchSpec(attainment=args.attainment, tol=args.tol, horizon_s=args.horizon)
-    check_search(sc, policy, args.seeds, spec, args.workers)
+    check_search(sc, policy, args.seeds, spec, args.workers, params)
     return sc, policy, params, spec
 
 
@@ -193,9 +194,14 @@ def cmd_whatif(args) -> int:
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)
-    variants = [(v, with_overrides(sc, {path: v})) for v in values]  # validate all before running any
-    for _, scv in variants:
-        check_search(scv, policy, args.seeds * len(variants), spec, args.workers)
+    searched = {"workload.load": "the search varies it itself", "horizon_s": "--horizon sets it for every run"}
+    if path in searched and (path != "horizon_s" or args.horizon is not None):
+        raise InputError("<command line>", f"--vary {path}", f"cannot be varied here: {searched[path]}")
+    variants = []
+    for v in values:  # every value checked (validation, each search's runs) before any search runs
+        with _at_value(path, v):
+            variants.append((v, with_overrides(sc, {path: v})))
+            check_search(variants[-1][1], policy, args.seeds * len(values), spec, args.workers, params)
     out = ResultDir(args.out, "whatif", args.force)  # nothing is created before every value is checked
     try:
         rows = _whatif(out, variants, path, (sc, policy, params, spec), args)
@@ -207,6 +213,15 @@ def cmd_whatif(args) -> int:
     if warned:
         print(f"warning: at {path} = {', '.join(map(str, warned))} the runs made too few merges (see above)")
     return 0
+
+
+@contextlib.contextmanager
+def _at_value(path: str, value):
+    """An error of one --vary value says which value it is."""
+    try:
+        yield
+    except InputError as e:
+        raise InputError(e.file, e.where, f"{e.message} (at --vary {path}={value})") from None
 
 
 def _whatif(out, variants, path: str, search, args) -> list[dict]:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from wadiloco.models import timetables as tt
 from wadiloco.models.errors import InputError
 from wadiloco.models.plugins import Registry
+from wadiloco.models.spec.files import beside, check_input, named_by
 from wadiloco.models.spec.scenario import CotenantConfig, MergesTimetable, UnionTimetable, WindowsTimetable
 
 CLOCK_EPS_S = 1e-6
@@ -177,10 +177,10 @@ def _windows(
     spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str, build: bool = True
 ) -> tt.Timetable | None:
     if spec.file is not None:
-        path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
-        if not path.is_file():
-            raise InputError(file, f"{where}.file", f"no such file: {path}")
-        trace = tt.load_trace(path, spec.window_s)
+        path = beside(spec.file, base_dir)
+        check_input(path, file, f"{where}.file", "windows file")
+        with named_by(file, f"{where}.file"):
+            trace = tt.load_trace(path, spec.window_s)
     else:
         trace = tt.WindowTrace(tuple(spec.starts or ()), tt.trace_duration(spec.starts or (), spec.window_s))
     d = spec.repeat_s if spec.repeat_s is not None else trace.duration

@@ -18,7 +18,6 @@ sync windows by these rules).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import json_records, number_lines, read_text, strict_number
 
 Rule = Callable[[np.ndarray], np.ndarray]
 
@@ -182,36 +182,33 @@ def trace_from_events(records: Sequence[dict], window: float = WINDOW_S, file: o
     return WindowTrace(starts, trace_duration(starts, window, last))
 
 
-def _json_records(lines: list[str], path: Path) -> list[dict]:
+MAX_TS_MS = 1e15  # a coordinator's clock in ms since the epoch (1e15 ms is 31,000 years): past it, a typo
+
+
+def _json_records(text: str, path: Path) -> list[dict]:
+    """A coordinator log's records (models.spec.files reads it strictly): `ts_ms` a finite number of
+    ms in [0, 1e15], never a boolean, and `event` a text."""
     records = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(path, f"line {n}", f"not JSON: {e.msg}") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("ts_ms"), int | float) or "event" not in rec:
-            raise InputError(path, f"line {n}", "a coordinator record needs a numeric `ts_ms` and an `event`")
-        records.append(rec)
+    for n, rec in json_records(path, "coordinator log", text):
+        ts, why = strict_number(rec.get("ts_ms"), 0.0, MAX_TS_MS)
+        if why or not isinstance(rec.get("event"), str):
+            field = "ts_ms" if why else "event"
+            raise InputError(path, f"line {n}", f"{field}: " + (why or "must be a text (the record's kind)"))
+        records.append({**rec, "ts_ms": ts})
     return records
 
 
 def load_trace(path: str | Path, window: float = WINDOW_S) -> WindowTrace:
-    """Read window starts from a coordinator's JSONL event log or from one number (seconds) per line."""
+    """Read window starts from a coordinator JSONL log (3.4) or from one number (seconds) per line: a
+    regular file within the input size limit, every number finite and in range (models.spec.files)."""
     path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if any(line.lstrip().startswith("{") for line in lines):
-        return trace_from_events(_json_records(lines, path), window, path)
-    starts = []
-    for n, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                starts.append(float(line))
-            except ValueError:
-                raise InputError(path, f"line {n}", f"not a number: {line.strip()!r}") from None
-            if not math.isfinite(starts[-1]) or starts[-1] < 0:
-                raise InputError(path, f"line {n}", f"a window start must be finite and >= 0, got {line.strip()}")
+    text = read_text(path, "windows or schedule file")
+    if any(line.lstrip().startswith("{") for line in text.splitlines()):
+        trace = trace_from_events(_json_records(text, path), window, path)
+        if any(s < 0 for s in trace.starts):
+            raise InputError(path, "ts_ms", "a `merged` record comes before coordinator_start")
+        return trace
+    starts = [x for _, x in number_lines(path, "window start (s)", 0.0, MAX_TS_MS / 1e3)]
     return WindowTrace(tuple(starts), trace_duration(starts, window))
 
 

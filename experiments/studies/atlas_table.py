@@ -35,6 +35,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wadiloco.experiments.output import read_table
+from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import check_input, json_text, read_text
+
 START = "<!-- atlas:start -->"
 END = "<!-- atlas:end -->"
 SEP = "__"
@@ -42,6 +46,8 @@ UNL = "unl-"
 WA, FIXED, MR = "wa_diloco", "fixed", "matched_random[wa_diloco]"
 ORACLES = {"gain_overlap": "overlap_oracle", "gain_sim": "sim_oracle"}  # record key -> label
 CAPACITY_FILE = "atlas_capacity.json"
+RUNS_COLUMNS = ("regime", "policy", "status", "seed", "sync_excess", "merges", "final_loss", "inner_steps")
+SUMMARY_COLUMNS = ("regime", "policy", "policy_name", "sync_excess_mean", "sync_excess_ci_low", "sync_excess_ci_high")
 # a coarse search per cell of one regime (bursty: a workload with a load to scale)
 CAPACITY = {"regime": "bursty", "attainment": 0.9, "lo": 0.1, "hi": 1.3, "tol": 0.05, "seeds": 2}
 DESIGNS = {  # what each design is, for the paragraphs
@@ -73,17 +79,18 @@ def parse_regime(name: str) -> dict[str, str] | None:
 def _tables(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, summary): the sweep's runs.csv and summary.csv, or, where the sweep wrote no report
     (experiments.sweep.execute_plan alone), the protocol's tables computed from its store."""
-    if (out / "runs.csv").is_file() and (out / "summary.csv").is_file():
-        return pd.read_csv(out / "runs.csv"), pd.read_csv(out / "summary.csv")
+    if all((out / f).exists() or (out / f).is_symlink() for f in ("runs.csv", "summary.csv")):
+        runs = read_table(out / "runs.csv", RUNS_COLUMNS, "sweep's runs.csv")
+        return runs, read_table(out / "summary.csv", SUMMARY_COLUMNS, "sweep's summary.csv")
     from wadiloco.experiments.protocol import analyse, runs_table
     from wadiloco.experiments.store import Store
     from wadiloco.experiments.sweep.plan import Plan
 
     if not (out / "runs.sqlite").is_file():
-        raise ValueError(f"{out}: no sweep output; run `wadiloco sweep experiments/atlas.yaml --out {out}` first")
+        raise InputError(out, "", f"no sweep output; run `wadiloco sweep experiments/atlas.yaml --out {out}` first")
     store = Store(out / "runs.sqlite", readonly=True)
     try:
-        plan, rows = Plan.from_dict(store.plan()), list(store.rows())
+        plan, rows = Plan.from_store(store), list(store.rows())
     finally:
         store.close()
     runs = runs_table(plan, rows)
@@ -168,7 +175,14 @@ def cells(out_dir: str | Path) -> list[dict[str, Any]]:
 
 def read_capacity(out: Path) -> dict[str, Any]:
     p = out / CAPACITY_FILE
-    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+    if not p.exists() and not p.is_symlink():
+        return {}
+    doc = json_text(read_text(p, "capacity file"), p)
+    if not isinstance(doc, dict):
+        raise InputError(
+            p, "", "not the capacity file `--capacity` writes (a JSON mapping); remove it or run --capacity"
+        )
+    return doc
 
 
 def run_capacity(out_dir: str | Path, workers: int = 2) -> dict[str, Any]:
@@ -405,7 +419,7 @@ def update_page(path: str | Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wadiloco.models.errors import InputError
+    from wadiloco.experiments.cli import one_error_path
 
     ap = argparse.ArgumentParser(
         prog="python -m wadiloco.experiments.studies.atlas_table", description=__doc__.split("\n")[0]
@@ -417,22 +431,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="worker processes for --capacity")
     ap.add_argument("--json", action="store_true", help="print the cells as JSON instead of Markdown")
     args = ap.parse_args(argv)
-    try:
-        if args.capacity:
-            run_capacity(args.out_dir, args.workers)
-        recs = cells(args.out_dir)
-        fig = Path(args.figure) if args.figure else (Path(args.doc).parent / "atlas.png" if args.doc else None)
-        link = None
-        if fig is not None:
-            heatmap(recs, fig)
-            base = Path(args.doc).resolve().parent if args.doc else Path.cwd()
-            link = Path(*_rel(fig.resolve(), base)).as_posix()
-        text = render(recs, link, facts(args.out_dir))
-        if args.doc:
-            update_page(args.doc, text)
-    except (ValueError, OSError, InputError) as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
+    return one_error_path(lambda: _main(args))
+
+
+def _main(args) -> int:
+    if args.doc:  # the page is checked before any work (a FIFO, a device, a folder: refused now, nothing made)
+        check_input(args.doc, args.doc, "--doc", "Markdown page")
+    if args.capacity:
+        run_capacity(args.out_dir, args.workers)
+    recs = cells(args.out_dir)
+    fig = Path(args.figure) if args.figure else (Path(args.doc).parent / "atlas.png" if args.doc else None)
+    link = None
+    if fig is not None:
+        heatmap(recs, fig)
+        base = Path(args.doc).resolve().parent if args.doc else Path.cwd()
+        link = Path(*_rel(fig.resolve(), base)).as_posix()
+    text = render(recs, link, facts(args.out_dir))
+    if args.doc:
+        update_page(args.doc, text)
     sys.stdout.write(json.dumps(recs, indent=1, default=float) + "\n" if args.json else text + "\n")
     return 0
 

@@ -30,13 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
+from pydantic import ValidationError
+
+from wadiloco.experiments.store import DAMAGED
+from wadiloco.experiments.sweep.plugins import load_plugins, plugin_files, plugin_modules
 from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES
 from wadiloco.models.policies.registry import unknown_policy
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.limits import check_count, check_run
 from wadiloco.models.spec.load import Scenario, check_policy, load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.spec.schema import input_problem, read_input
 
 BASELINE = "no_sync"
@@ -221,6 +226,20 @@ class Plan:
             inputs=dict(d.get("inputs") or {}),
         )
 
+    @classmethod
+    def from_store(cls, store) -> Plan:
+        """The plan a store (experiments.store.Store) keeps; a damaged one is an input error naming it."""
+        try:
+            plan = cls.from_dict(store.plan())
+            if not plan.seeds or not plan.regimes or not plan.arms:
+                raise ValueError("no seeds, regimes or policies")
+            return plan
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ValidationError) as e:
+            why = f"missing {e}" if isinstance(e, KeyError) else type(e).__name__
+            raise InputError(
+                store.path, "meta.plan", f"its sweep description is malformed ({why}); {DAMAGED}"
+            ) from None
+
 
 # ---- building a plan from a sweep file ---------------------------------------------------------
 
@@ -256,7 +275,7 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
         bootstrap=spec.bootstrap,
         gate=spec.gate,
         plugins=plugins,
-        inputs=input_digests([r.scenario for r in regimes], plugins),
+        inputs=input_digests([r.scenario for r in regimes], plugins, [a.params for a in arms]),
     )
 
 
@@ -271,18 +290,21 @@ def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: s
     check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)", other)
 
 
-def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> dict[str, str]:
+def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = (), params: list[dict] = ()) -> dict[str, str]:
     """sha256 of every file the runs read besides the scenario (whose parsed content is its digest):
-    any string field naming an existing file (a trace, a profile), the plugin files and the packaged
-    calibration. Part of the sweep's identity, so --resume after editing one starts no mixture."""
+    any string naming an existing file in a scenario or in a policy's params (a trace, a profile, a
+    windows file, a replay schedule; relative to the scenario, as the runs read them), the plugins'
+    files (a .py path, or a module's source files) and the packaged calibration. Part of the
+    sweep's identity, so --resume after editing one starts no mixture."""
     from importlib import resources
 
     from wadiloco.models.engine.latency import CALIBRATION_FILE
 
-    files = {str(Path(p)) for p in plugins if p.endswith(".py")}
+    files = {str(f.resolve()) for f in plugin_files(plugins)}
     for sc in scenarios:
-        for s in _strings(sc.model_dump(mode="json")):
-            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s else None
+        strings = [*_strings(sc.model_dump(mode="json")), *(x for p in params for x in _strings(p))]
+        for s in strings:
+            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s and "\0" not in s else None
             p = p if p is None or p.is_absolute() else Path(sc.base_dir) / p
             if p is not None and p.is_file():
                 files.add(str(p.resolve()))
@@ -348,6 +370,8 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
         ) from None
     name = r.name or sc.name
     check_run(sc, file=file, prefix=f"regimes.{i} ({name}): ")  # before any output exists
+    with named_by(file, f"regimes.{i} ({name})"):
+        resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
     return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
 
 

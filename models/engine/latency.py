@@ -64,7 +64,7 @@ def load_calibration(path: str | Path | None = None) -> dict:
         raise InputError(path, where, f"not valid JSON ({getattr(e, 'msg', None) or type(e).__name__})") from None
     if not isinstance(cal, dict):
         raise InputError(path, "", f"expected a JSON object at the top level (got {type(cal).__name__})")
-    check_finite(cal, path)
+    check_finite(cal, path, booleans=False)  # measurements: numbers, never true/false
     return cal
 
 

@@ -31,6 +31,7 @@ from pydantic import Field
 from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.errors import InputError
 from wadiloco.models.plugins import Registry
+from wadiloco.models.spec.files import beside, check_input, named_by, read_input
 from wadiloco.models.spec.schema import Strict, read_yaml, validate
 
 PACKAGED = "profiles"
@@ -153,11 +154,11 @@ def load_profile(name_or_path: str | Path) -> Profile:
             "",
             f"no such profile file, and no packaged profile of that name (packaged: {', '.join(packaged_profiles())})",
         )
-    raw = path.read_bytes()
+    raw = read_input(path, "engine profile")  # a regular file within the input size limit
     key = _cache_key(raw)
     hit = _LOADED.get((key, str(path)))
     if hit is None:
-        spec = validate(ProfileSpec, read_yaml(path), path)
+        spec = validate(ProfileSpec, read_yaml(path, quote=False), path, quote=False)
         hit = _cached(key, spec, str(path))
         if hit is None:
             hit = fit_profile(spec, str(path))
@@ -254,10 +255,48 @@ def fit_profile(spec: ProfileSpec, source: str) -> Profile:
         for run in refs.runs if refs else []:
             if run not in known:
                 raise InputError(source, f"{where}.runs", f"no run {run!r} in {spec.measurements}")
-    slope = spec.batch_slope_scale * _relative_slope(m, spec.batch_slope.runs) if spec.batch_slope else 0.0
-    models = {name: _model_fit(m, ref.runs, slope) for name, ref in spec.models.items()}
+    slope = _slope(m, spec, source)
+    models = {name: _model_fit(m, ref.runs, slope, source, f"models.{name}.runs") for name, ref in spec.models.items()}
     cot = {name: _mean([m.cotenant_weight(r) for r in ref.runs]) for name, ref in spec.cotenants.items()}
+    _check_physical(spec, source, slope, models, cot)
     return Profile(spec, source, slope, models, cot)
+
+
+def _check_physical(spec: ProfileSpec, source: str, slope: float, models: dict, cot: dict) -> None:
+    """A fit a run can use: every iteration takes a positive time, no shorter for a larger batch (a
+    zero or negative time lets an engine loop without its clock moving), start delays and co-tenant
+    weights finite and not negative. Refused naming the term that breaks it."""
+    if slope < 0:
+        why = f"the fitted batch slope is negative ({slope:.4g} of an iteration per sequence)"
+        raise InputError(source, "batch_slope.runs", f"{why}: iterations would get shorter as the batch grows")
+    for name, fm in models.items():
+        if not (fm.a > 0 and math.isfinite(fm.a) and math.isfinite(fm.d)):
+            _refuse_time(spec, source, slope, name, fm, models)
+        if not (math.isfinite(fm.start_delay_s) and fm.start_delay_s >= 0):
+            raise InputError(source, f"models.{name}.runs", "the fitted start delay is negative or not finite")
+    for name, w in cot.items():
+        if not (math.isfinite(w) and w >= 0):
+            raise InputError(source, f"cotenants.{name}.runs", "the fitted co-tenant weight is negative or not finite")
+
+
+def _refuse_time(spec: ProfileSpec, source: str, slope: float, name: str, m: ModelFit, models: dict) -> None:
+    """The error for a model whose iteration is not positive at every batch: the scale when the
+    unscaled slope would do (with the largest scale that does), else the slope's runs, else the model's."""
+    law = f"model {name}: an iteration of a batch of b would take {m.a * 1e3:.4g} ms + {m.d * 1e6:.4g} us x b"
+    scale = spec.batch_slope_scale
+    unscaled = slope / scale if scale > 0 else 0.0
+    if unscaled * m.reference_batch < 1 < slope * m.reference_batch:  # the scale breaks it
+        most = min(1.0 / (unscaled * f.reference_batch) for f in models.values())
+        msg = f"{scale:g} makes iteration times negative at small batches ({law}); below {most:.3g} keeps them positive"
+        raise InputError(source, "batch_slope_scale", msg)
+    if slope * m.reference_batch >= 1:
+        raise InputError(source, "batch_slope.runs", f"the fitted batch slope is too steep: {law}")
+    raise InputError(source, f"models.{name}.runs", f"the fitted iteration time is not positive: {law}")
+
+
+def _slope(m: Measurements, spec: ProfileSpec, source: str) -> float:
+    """The batch growth per sequence: the batch_slope runs' relative growth, times its scale."""
+    return spec.batch_slope_scale * _relative_slope(m, spec.batch_slope.runs, source) if spec.batch_slope else 0.0
 
 
 def _mean(xs) -> float:
@@ -265,21 +304,23 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs)
 
 
-def _relative_slope(m: Measurements, runs: list[str]) -> float:
+def _relative_slope(m: Measurements, runs: list[str], source: str = "<profile>") -> float:
     """The batch growth per sequence: d / (a + d * c) of two runs of one model at two batch sizes."""
     if len(runs) != 2:
-        raise InputError("<profile>", "batch_slope.runs", "needs exactly two runs (two batch sizes)")
+        raise InputError(source, "batch_slope.runs", "needs exactly two runs (two batch sizes)")
     (t1, c1), (t2, c2) = sorted(m.iteration(r) for r in runs)
     if c1 == c2:
-        raise InputError("<profile>", "batch_slope.runs", "the two runs have the same batch size")
+        raise InputError(source, "batch_slope.runs", "the two runs have the same batch size")
     return (t2 - t1) / (c2 - c1) / (t2 if c2 > c1 else t1)
 
 
-def _model_fit(m: Measurements, runs: list[str], slope: float) -> ModelFit:
+def _model_fit(
+    m: Measurements, runs: list[str], slope: float, source: str = "<profile>", where: str = "models.runs"
+) -> ModelFit:
     its = [m.iteration(r) for r in runs]
     c_ref = its[0][1]
     if any(c != c_ref for _, c in its):
-        raise InputError("<profile>", "models.runs", "a model's runs must share one batch size")
+        raise InputError(source, where, "a model's runs must share one batch size")
     t_ref = _mean(t for t, _ in its)
     d = slope * t_ref
     delay = _mean(m.start_delay(r) for r in runs)
@@ -290,11 +331,13 @@ def _model_fit(m: Measurements, runs: list[str], slope: float) -> ModelFit:
 
 
 def resolve_profile(name: str, base_dir: str, file: object) -> Path:
-    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
-        p = Path(base_dir) / p
-    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
+    """The profile file `engine.profile` names: a path ending in .yaml or .yml (relative to the
+    scenario's folder, never the working folder), or a packaged name."""
+    if Path(name).suffix in (".yaml", ".yml"):
+        path = beside(name, base_dir)
+        check_input(path, file, "engine.profile", "engine profile (YAML)")
+        return path
+    path = profile_path(name)
     if path is None:
         known = ", ".join(packaged_profiles())
         msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
@@ -305,7 +348,8 @@ def resolve_profile(name: str, base_dir: str, file: object) -> Path:
 def check_refs(path: Path, model: str | None, entry: str | None, file: object) -> None:
     """That the profile at `path` has `model` and co-tenant `entry` (those given): its spec read, not
     fitted (the fit comes when a run needs it: `load_profile`)."""
-    spec = validate(ProfileSpec, read_yaml(path), path)
+    with named_by(file, "engine.profile"):
+        spec = validate(ProfileSpec, read_yaml(path, quote=False), path, quote=False)
     if model is not None and model not in spec.models:
         raise InputError(file, "engine.model", _unknown(spec, "model", model, spec.models))
     if entry is not None and entry not in spec.cotenants:

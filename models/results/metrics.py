@@ -238,7 +238,7 @@ def summarize(
         COMPLETED: int(np.sum(r["completed"])),
         "unfinished": int(n - np.sum(r["completed"])),
         SLO_VIOLATIONS: int(np.sum(viol)),
-        SLO_VIOLATION_RATE: float(np.mean(viol)) if n else 0.0,
+        SLO_VIOLATION_RATE: float(np.mean(viol)) if n else None,  # no requests: no rate (null, not 0)
         "ttft_p50_s": ttft[0],
         TTFT_P95: ttft[1],
         "ttft_p99_s": ttft[2],

@@ -22,6 +22,8 @@ from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
 from wadiloco.models.results.blocks import RESULT_BLOCKS
+from wadiloco.models.spec.buildcheck import check_buildable
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.scenario import (
     PHYSICS_GIVES,
     PLUGIN_BLOCKS,
@@ -37,7 +39,7 @@ from wadiloco.models.spec.scenario import (
     TrainingConfig,
 )
 from wadiloco.models.spec.schema import Strict, check_finite, format_validation_error, read_yaml, validate
-from wadiloco.models.workload.kinds import parse_workload
+from wadiloco.models.workload.kinds import WORKLOADS, parse_workload
 
 _check_finite = check_finite  # the name experiments.sweep imports
 
@@ -85,7 +87,8 @@ def check_policy(sc: Scenario, name: str, params: dict | None, file: object, whe
 def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base_dir: str, file: object, where: str):
     """`check_policy` against a corridor and the folder the params' files are relative to."""
     cls, p = parse_policy(name, params, file, where)
-    problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
+    with named_by(file, f"{where}.params"):  # a file the params name: its own errors name it and its line
+        problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
     if problem:
         raise InputError(file, f"{where}.params", problem)
     return cls, p
@@ -94,7 +97,8 @@ def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base
 def check_inputs(sc: Scenario, file: object) -> None:
     """The checks against the registries and the files a scenario names, cheap (nothing is fitted or
     built): the workload's params (a trace is read, once per process and file), the engine profile's
-    file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
+    file, model and co-tenant entry, the policy's params against the corridor, the timetables, and
+    everything else a fleet's build would fail at (models.spec.buildcheck). The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
     check_engine(sc, file)
@@ -115,6 +119,7 @@ def check_inputs(sc: Scenario, file: object) -> None:
             check_refs(path, None, c.profile_entry, file)
     for name, block in plugin_blocks(sc, file):
         RESULT_BLOCKS[name].check(block, sc.horizon_s, sc.base_dir, file)
+    check_buildable(sc, WORKLOADS[workload.kind].clients is not None, file)
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
 

@@ -18,20 +18,25 @@ from pathlib import Path
 from typing import Any
 
 from wadiloco.models.cotenant import CotenantPlan, cotenant_plan
-from wadiloco.models.engine import catalog
 from wadiloco.models.engine.batching import EngineStep
-from wadiloco.models.engine.catalog import GPU, ModelShape
-from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
 from wadiloco.models.engine.latency import default_latency, table_file, table_law
 from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.physics import PhysicsLaw
 from wadiloco.models.engine.physics_fit import default_coefficients, load_coefficients
-from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.network.collective import link_efficiency, ring_latency_s
 from wadiloco.models.results.blocks import RESULT_BLOCKS
-from wadiloco.models.routers import ROUTERS, parse_router
+from wadiloco.models.spec.buildcheck import (
+    block_bytes,
+    check_combinations,
+    kv_sizes,
+    per_token_bytes,
+    prefix_blocks,
+    router,
+    served_model,
+)
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.load import check_policy_in, checked, plugin_blocks, policy_choice, scenario_from_dict
 from wadiloco.models.spec.run import (
     EngineSpec,
@@ -73,7 +78,7 @@ def resolve(
     pol = _policy(sc, policy, params, file, where)
     check_combinations(sc, WORKLOADS[workload.kind].clients is not None, file)
     w = interference_weights(sc)
-    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None)
+    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None, file)
     engine = v1_limits(sc, engine, workload)
     entry = sc.cotenant.profile_entry if sc.cotenant is not None else None
     return RunSpec(
@@ -127,7 +132,8 @@ def _profile(sc: Scenario, file: object) -> Profile | None:
     """The engine profile, fitted (models.engine.profiles: cached per file content), or None."""
     if sc.engine.profile is None:
         return None
-    return load_profile(resolve_profile(sc.engine.profile, sc.base_dir, file))
+    with named_by(file, "engine.profile"):  # a fit the profile's own terms break names them and the file
+        return load_profile(resolve_profile(sc.engine.profile, sc.base_dir, file))
 
 
 def interference_weights(sc: Scenario) -> InterferenceWeights:
@@ -177,20 +183,15 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
     )
 
 
-def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> EngineSpec:
+def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None, file: object = None) -> EngineSpec:
     e = sc.engine
-    served = served_model(sc)
-    if served is not None:
-        per_token = served[0].kv_bytes_per_gpu_token(e.tensor_parallel)
-    else:
-        per_token = bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes)
-    block_bytes = e.kv_block_size * per_token
+    bb = block_bytes(sc)
     prefix = prefix_spec(sc)
-    kv, holder = kv_specs(sc, block_bytes, prefix)
+    kv, holder = kv_specs(sc, bb, file)
     if pooled_caching(sc) and kv is not None:  # the cache can hold the whole pool, in the pool's blocks
         prefix = PrefixSpec(kv.blocks, e.kv_block_size, pooled=True)
     return EngineSpec(
-        latency=latency_law(sc, fit, served),
+        latency=latency_law(sc, fit),
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -206,50 +207,20 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
         kv_holder=holder,
         kv_hold_every=sc.fleet.sidecars_per_host if holder is not kv else 0,
         prefix=prefix,
-        block_bytes=block_bytes,
-        kv_bytes_per_token=per_token,
+        block_bytes=bb,
+        kv_bytes_per_token=per_token_bytes(sc),
         start_delay_s=fit.start_delay_s if fit is not None else None,
     )
 
 
-def served_model(sc: Scenario) -> tuple[ModelShape, GPU] | None:
-    """The model and GPU of engine.latency physics (models.engine.catalog), or None under another law."""
-    e = sc.engine
-    if e.latency != "physics":
-        return None
-    return catalog.model(e.model, sc.base_dir, "engine.model", sc.source), catalog.gpu(e.gpu, "engine.gpu", sc.source)
-
-
-def physics_pool(sc: Scenario, block_bytes: int) -> int:
-    """vLLM's KV pool for engine.model on engine.gpu (models.engine.catalog.vllm_kv_blocks): its
-    activations estimated, or engine.activation_gb when given, and the non-torch reserve."""
-    e = sc.engine
-    shape, g = served_model(sc)
-    tp = e.tensor_parallel
-    act = (
-        e.activation_gb * 1e9
-        if e.activation_gb
-        else catalog.activation_bytes(shape, tp, e.max_num_batched_tokens, e.max_num_seqs)
-    )
-    blocks, _ = catalog.vllm_kv_blocks(
-        shape, g, tp, e.gpu_memory_utilization, act + catalog.NON_TORCH_BYTES, e.kv_block_size
-    )
-    if blocks < 1:
-        raise InputError(
-            sc.source,
-            "engine.gpu",
-            f"{shape.name}'s weights ({shape.weight_bytes / 1e9:.1f} GB over "
-            f"{tp} GPU(s)) leave no KV block in {g.name}'s memory at utilization {e.gpu_memory_utilization}",
-        )
-    return blocks
-
-
-def latency_law(sc: Scenario, fit: ModelFit | None, served: tuple | None = None) -> LatencyLaw:
+def latency_law(sc: Scenario, fit: ModelFit | None) -> LatencyLaw:
     """The GPU step's law (models.engine.laws): an engine profile's model's fit, the physics law of the
-    served model on its GPU (models.engine.physics), the measured table (engine.latency_table, or the
-    H200 rows), or the linear or attention fit of the H200 rows."""
+    served model on its GPU (models.engine.physics; its coefficients the packaged fit or
+    engine.physics_coefficients'), the measured table (engine.latency_table, or the H200 rows), or the
+    linear or attention fit of the H200 rows."""
     if fit is not None:
         return fit.latency().law()
+    served = served_model(sc)
     if served is not None:
         own = sc.engine.physics_coefficients
         c = default_coefficients() if own is None else load_coefficients(Path(sc.base_dir) / own, sc.source)
@@ -262,35 +233,22 @@ def latency_law(sc: Scenario, fit: ModelFit | None, served: tuple | None = None)
 def v1_limits(sc: Scenario, e: EngineSpec, workload) -> EngineSpec:
     """vLLM V1's limits on an engine: async scheduling (engine.async_scheduling; null: under physics),
     max_model_len (null: the model's context under physics), the client's time-out (the workload's
-    timeout_s) as the engine sees it (less the API path's time, the physics law's t_api); what cannot combine
-    with them, refused."""
+    timeout_s) as the engine sees it (less the API path's time, the physics law's t_api); what cannot
+    combine with them, refused."""
     ec, physics = sc.engine, sc.engine.latency == "physics"
     timeout_s = getattr(workload, "timeout_s", None)
     if timeout_s is not None and (ec.preemption != "recompute" or sc.disagg is not None):
         why = "preemption swap" if ec.preemption != "recompute" else "disagg (a request's engines each see it late)"
         raise InputError(sc.source, "workload.timeout_s", f"a client's time-out aborts requests; not with {why}")
     data = getattr(workload, "data", None)  # (workload loadgen: its block hashes' size)
-    if e.prefix is not None and e.prefix.pooled and data is not None:
-        got = data.block_tokens
-        if got != ec.kv_block_size:
-            raise InputError(
-                sc.source,
-                "workload.data.block_tokens",
-                f"{got}: the prefix cache's blocks are engine.kv_block_size ({ec.kv_block_size}) tokens",
-            )
+    if e.prefix is not None and e.prefix.pooled and data is not None and data.block_tokens != ec.kv_block_size:
+        msg = f"{data.block_tokens}: the prefix cache's blocks are engine.kv_block_size ({ec.kv_block_size}) tokens"
+        raise InputError(sc.source, "workload.data.block_tokens", msg)
     lag = physics if ec.async_scheduling is None else ec.async_scheduling
     max_len = ec.max_model_len or (served_model(sc)[0].max_position if physics else 0)
     api = e.latency.c.t_api if physics else 0.0
     patience = INF if timeout_s is None else max(timeout_s - api, 0.0)
     return replace(e, lag=lag, max_len=max_len, patience_s=patience, api_s=api)
-
-
-def host_s(sc: Scenario, w: InterferenceWeights) -> float:
-    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs;
-    none under an engine profile's model (its fitted law is the whole iteration: GPU-bound twin)."""
-    if sc.engine.model is not None:
-        return 0.0
-    return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
 
 
 def pooled_caching(sc: Scenario) -> bool:
@@ -302,46 +260,38 @@ def pooled_caching(sc: Scenario) -> bool:
     return sc.engine.latency == "physics" and not mooncake and not sc.engine.prefix_cache
 
 
+def host_s(sc: Scenario, w: InterferenceWeights) -> float:
+    """CPU time per iteration: the scheduler overhead, plus kernel launches when not using graphs;
+    none under an engine profile's model (its fitted law is the whole iteration: GPU-bound twin)."""
+    if sc.engine.model is not None:
+        return 0.0
+    return sc.engine.host_overhead_s + (0.0 if sc.engine.cuda_graphs else w.eager_host_s)
+
+
 def prefix_spec(sc: Scenario) -> PrefixSpec | None:
     """A sidecar's prefix cache of engine.prefix_cache tokens in whole 512-token blocks, or None (off:
     no field, or fewer tokens than a block)."""
-    tokens = sc.engine.prefix_cache
-    if not tokens or tokens < MOONCAKE_BLOCK_TOKENS:
-        return None
-    return PrefixSpec(tokens // MOONCAKE_BLOCK_TOKENS, MOONCAKE_BLOCK_TOKENS)
+    px = prefix_blocks(sc)
+    return PrefixSpec(*px) if px else None
 
 
-def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVSpec | None, KVSpec | None]:
+def kv_specs(sc: Scenario, bb: int, file: object = None) -> tuple[KVSpec | None, KVSpec | None]:
     """(a sidecar's KV pool, that of a sidecar holding its host's merge buffers), None: unlimited (no
     pool given, or fleet.unlimited names kv). Under same_gpu with merge_memory set, the sidecar that
     runs its host's outer step (the host's first GPU, as sim.merge does) keeps the merge buffers out
-    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same."""
+    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same.
+    The sizes, and the refusal of a pool that cannot exist, are models.spec.buildcheck's."""
     e = sc.engine
-    physics = e.latency == "physics"
-    if (e.kv_blocks is None and e.gpu_memory_gb is None and not physics) or "kv" in sc.fleet.unlimited:
+    k = kv_sizes(sc, bb, sc.source if file is None else file)
+    if k is None:
         return None, None
-    if e.kv_blocks is not None:
-        pool = e.kv_blocks
-    elif physics:
-        pool = physics_pool(sc, block_bytes)
-    else:
-        gb = 1e9
-        pool = pool_blocks(
-            e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
-        )
-    reserved = 0
-    if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
-        reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
-    watermark = 0.0 if physics else e.kv_watermark  # (vLLM V1 keeps none)
-    kv = KVSpec(pool, e.kv_block_size, watermark, reserved, 0, e.preemption)
-    if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
+    wm = 0.0 if e.latency == "physics" else e.kv_watermark  # (vLLM V1 keeps no watermark)
+    kv = KVSpec(k.pool, e.kv_block_size, wm, k.reserved, 0, e.preemption)
+    if k.hold is None:
         return kv, kv
-    m = sc.merge
-    shard = sc.training.params / sc.fleet.hosts_per_island
-    hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
-    if e.merge_memory == "always":
-        return kv, KVSpec(pool, e.kv_block_size, watermark, reserved + hold, 0, kv.preemption)
-    return kv, KVSpec(pool, e.kv_block_size, watermark, reserved, hold, kv.preemption)
+    if k.always:
+        return kv, KVSpec(k.pool, e.kv_block_size, wm, k.reserved + k.hold, 0, e.preemption)
+    return kv, KVSpec(k.pool, e.kv_block_size, wm, k.reserved, k.hold, e.preemption)
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:
@@ -417,17 +367,12 @@ def workload_spec(sc: Scenario, params) -> WorkloadSpec:
 
 
 def router_spec(sc: Scenario, file: object) -> RouterSpec:
-    """The router; a routing one parsed (an unknown name or bad params: an input error naming router.*)."""
-    if not routed(sc):
+    """The router, parsed (an unknown name or params it does not take, `static`'s too: an input
+    error naming router.*); a static one runs no process."""
+    cls, params = router(sc, file)
+    if cls.static:
         return RouterSpec(sc.router.name, None, None, False)
-    cls, params = parse_router(sc.router.name, sc.router.params, file)
     return RouterSpec(cls.name, cls, params, True)
-
-
-def routed(sc: Scenario) -> bool:
-    """Whether a router process runs (an unknown name is one: router_spec reports it)."""
-    cls = ROUTERS.get(sc.router.name)
-    return cls is None or not cls.static
 
 
 def _handoff(block, engine: EngineSpec, prefill: tuple[int, ...]) -> HandoffSpec | None:
@@ -451,40 +396,3 @@ def _cotenant(sc: Scenario, file: object, fitted: float | None) -> CotenantPlan 
 def _extras(sc: Scenario, file: object) -> tuple:
     """What the blocks a plug-in resolves add to the run's result (models.results.blocks)."""
     return tuple(RESULT_BLOCKS[n].extra(b, sc.horizon_s, sc.base_dir, file) for n, b in plugin_blocks(sc, file))
-
-
-def check_combinations(sc: Scenario, closed: bool, file: object) -> None:
-    """What the blocks rule out together: each an input error naming the block it is about."""
-    is_routed, px = routed(sc), prefix_spec(sc) is not None
-    if sc.disagg is not None:
-        why = (
-            "a closed-loop workload creates each sidecar's requests: not with disagg"
-            if closed
-            else "disaggregated serving deals requests to its prefill sidecars itself"
-            if is_routed
-            else "engine.prefix_cache is not modelled on prefill sidecars: leave it off"
-            if px
-            else None
-        )
-        if why:
-            raise InputError(file, "disagg", why)
-    if sc.remote_kv is not None:
-        why = (
-            "needs engine.prefix_cache (its caches are the pool)"
-            if not px
-            else "a closed-loop workload creates each sidecar's requests: not with remote_kv"
-            if closed
-            else "requests enter their workload's sidecar: use router.name static"
-            if is_routed
-            else None
-        )
-        if why:
-            raise InputError(file, "remote_kv", why)
-    if is_routed and closed:
-        raise InputError(
-            file,
-            "router.name",
-            f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
-            "client sends its next requests when its own earlier ones finish there (models.workload.clients), so "
-            "the requests are tied to that sidecar; use router.name: static",
-        )

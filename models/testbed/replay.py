@@ -37,6 +37,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from wadiloco.models.policies.base import Observation, Params, Policy, PolicyContext
+from wadiloco.models.spec.files import beside, input_problem
 from wadiloco.models.testbed import harness, harness_fit, stage12
 from wadiloco.models.testbed.harness_policies import HARNESS_POLICIES
 from wadiloco.models.timetables import WINDOW_S, load_trace, trace_duration
@@ -76,8 +77,7 @@ class ReplayParams(Params):
 
 
 def _path(p: ReplayParams, base_dir: str) -> Path:
-    path = Path(p.file)
-    return path if path.is_absolute() else Path(base_dir) / path
+    return beside(p.file, base_dir)
 
 
 @lru_cache(maxsize=64)
@@ -144,8 +144,9 @@ class Replay(Policy):
     def check_inputs(cls, params: ReplayParams, base_dir: str) -> str | None:
         if params.file is not None:
             path = _path(params, base_dir)
-            if not path.is_file():
-                return f"file: no such schedule file: {path}"
+            problem = input_problem(path, "schedule file")
+            if problem:
+                return f"file: {path} {problem}"
             load_trace(path, params.window_s)  # its own InputError names the file and line
         return None
 

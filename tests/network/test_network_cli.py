@@ -190,5 +190,5 @@ def test_validate_refuses_a_bad_data_file_in_one_line(tmp_path, capsys, edit, fi
 
 def test_validate_refuses_a_file_that_is_not_json(tmp_path, capsys):
     rc, _, err = _cli(capsys, "validate", "diloco-measured", "--data", _write(tmp_path, "runs.json", "{oops"))
-    _one_line_error(rc, err, "runs.json", "not JSON")
+    _one_line_error(rc, err, "runs.json", "not valid JSON")
     assert re.search(r"runs\.json", err)
