@@ -65,9 +65,9 @@ def cmd_validate_vllm(args) -> int:
 
     if not 1 <= args.seeds <= 100:
         raise InputError("--seeds", "", f"between 1 and 100 (got {args.seeds})")
-    out = prepare_dir(args.out) if args.out else None
-    result = v.validate(args.data, args.seeds)
+    result = v.validate(args.data, args.seeds)  # (before --out is made: a bad input leaves no folder)
     report = v.text(result)
+    out = prepare_dir(args.out) if args.out else None
     if out is not None:
         write_atomic(out / "validation.json", dumps(result) + "\n")
         write_atomic(out / "predictions.json", dumps(v.predictions_json(result, held_out=True)) + "\n")

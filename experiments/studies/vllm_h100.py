@@ -17,7 +17,6 @@ streamed text's tokens; per model). docs/serving_validation.md.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -27,7 +26,7 @@ import numpy as np
 
 from wadiloco.models.engine import catalog
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.files import read_text
+from wadiloco.models.spec.files import json_text, read_text
 
 DATA = "vllm_h100.json"  # models/data: a copy of the experiments file (docs/sources.md, vLLM on H100)
 TIMEOUT_S = 300.0  # the client's: aiohttp's default total time-out (the experiments set none of their own)
@@ -102,10 +101,7 @@ def load(path: Path | str | None = None) -> list[Experiment]:
     else:
         file = Path(path) / "experiments.json" if Path(path).is_dir() else Path(path)
         text = read_text(file, "vLLM experiments file")
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InputError(file, "", f"not JSON ({e})") from None
+    doc = json_text(text, file)
     exps = [_experiment(e, file, f"experiments[{i}]") for i, e in enumerate(_get(doc, "experiments", file, "", list))]
     if not any(e.role == "fit" for e in exps):
         raise InputError(file, "experiments", "no `fit` experiment: nothing to take the load generator's figures from")

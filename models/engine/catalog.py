@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.files import read_text
+from wadiloco.models.spec.files import describe, json_text, read_text
 
 # Bytes per element of a config's `torch_dtype` (vLLM's dtype `auto` serves a float16 or bfloat16
 # checkpoint in its own dtype: 2 bytes either way).
@@ -120,40 +120,53 @@ class GPU:
     link: str
 
 
+def _whole(c: dict, key: str, default: int | None = None) -> int:
+    """Field `key` of a config as a whole number >= 0 (a missing or null one: `default`; None: required)."""
+    v = c.get(key)
+    if v is None:
+        if default is None:
+            raise KeyError(key)
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1 << 40 or v != int(v):
+        raise ValueError(f"{key} must be a whole number >= 0 (got {describe(v)})")
+    return int(v)
+
+
 def shape_from_config(cfg: dict, name: str) -> ModelShape:
     """A shape from a Hugging Face config's fields (a multimodal wrapper's `text_config` is the model).
-    KeyError, TypeError or ValueError for a config without the fields a decoder needs."""
+    KeyError (a missing field) or ValueError (a bad one, described, never quoted) for a config that is
+    not a decoder's."""
     c = dict(cfg)
     if isinstance(c.get("text_config"), dict) and "hidden_size" not in c:
         c = {**c, **c["text_config"]}
-    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    hidden, heads = _whole(c, "hidden_size"), _whole(c, "num_attention_heads")
     if hidden < 1 or heads < 1:
         raise ValueError("hidden_size and num_attention_heads must be positive")
-    experts = int(c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts") or 0)
-    ffn = int(c.get("moe_intermediate_size") or c["intermediate_size"]) if experts else int(c["intermediate_size"])
-    arch = str((c.get("architectures") or [""])[0])
+    experts = _whole(c, "num_local_experts", 0) or _whole(c, "num_experts", 0) or _whole(c, "n_routed_experts", 0)
+    ffn = (_whole(c, "moe_intermediate_size", 0) if experts else 0) or _whole(c, "intermediate_size")
+    archs = c.get("architectures") if isinstance(c.get("architectures"), list) else []
     dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16").replace("torch.", "")
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"torch_dtype {dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+        raise ValueError(f"torch_dtype must be one of {', '.join(DTYPE_BYTES)} (got {describe(dtype)})")
     shape = ModelShape(
         name=name,
         hidden=hidden,
-        layers=int(c["num_hidden_layers"]),
+        layers=_whole(c, "num_hidden_layers"),
         heads=heads,
-        kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or hidden // heads),
+        kv_heads=_whole(c, "num_key_value_heads", 0) or heads,
+        head_dim=_whole(c, "head_dim", 0) or hidden // heads,
         ffn=ffn,
-        vocab=int(c["vocab_size"]),
+        vocab=_whole(c, "vocab_size"),
         experts=experts,
-        experts_per_tok=int(c.get("num_experts_per_tok") or 0) if experts else 0,
-        shared_ffn=int(c.get("shared_expert_intermediate_size") or 0) if experts else 0,
-        tied=bool(c.get("tie_word_embeddings", False)),
-        qkv_bias=bool(c.get("attention_bias", arch.startswith("Qwen2"))),
+        experts_per_tok=_whole(c, "num_experts_per_tok", 0) if experts else 0,
+        shared_ffn=_whole(c, "shared_expert_intermediate_size", 0) if experts else 0,
+        tied=c.get("tie_word_embeddings") is True,
+        qkv_bias=c.get("attention_bias", str(archs[0] if archs else "").startswith("Qwen2")) is True,
         dtype_bytes=DTYPE_BYTES[dtype],
-        max_position=int(c.get("max_position_embeddings") or 0),
+        max_position=_whole(c, "max_position_embeddings", 0),
     )
     sizes = (shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.head_dim, shape.ffn, shape.vocab)
-    if min(sizes) < 1 or shape.experts < 0 or (shape.experts and not 1 <= shape.experts_per_tok <= shape.experts):
+    if min(sizes) < 1 or (shape.experts and not 1 <= shape.experts_per_tok <= shape.experts):
         raise ValueError("sizes must be positive (and 1 <= num_experts_per_tok <= experts)")
     return shape
 
@@ -206,15 +219,15 @@ def load_config(path: Path, file: object = None, field: str = "engine.model") ->
         text = read_text(path, "Hugging Face config.json")
     except InputError as e:
         raise InputError(file if file is not None else path, field, f"{path}: {e.message}") from None
+    cfg = json_text(text, path)
+    if not isinstance(cfg, dict):
+        raise InputError(path, "", f"not a decoder's config.json: expected a JSON object (got {describe(cfg)})")
     try:
-        cfg = json.loads(text)
-        if not isinstance(cfg, dict):
-            raise ValueError("expected a JSON object")
         return shape_from_config(cfg, path.parent.name or path.stem)
     except KeyError as e:
         raise InputError(path, "", f"not a decoder's config.json: no {e.args[0]!r}") from None
-    except (ValueError, TypeError) as e:
-        raise InputError(path, "", f"not a decoder's config.json: {(str(e).splitlines() or [''])[0][:200]}") from None
+    except ValueError as e:
+        raise InputError(path, "", f"not a decoder's config.json: {e}") from None
 
 
 def gpu(name: str, field: str = "engine.gpu", file: object = None) -> GPU:

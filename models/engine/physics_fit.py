@@ -77,24 +77,24 @@ def load_coefficients(path, file: object = None, field: str = "engine.physics_co
     from pathlib import Path
 
     from wadiloco.models.errors import InputError
-    from wadiloco.models.spec.files import read_text
+    from wadiloco.models.spec.files import describe, json_text, read_text, strict_number
 
     path = Path(path)
     try:
-        doc = json.loads(read_text(path, "physics coefficients file"))
+        text = read_text(path, "physics coefficients file")
     except InputError as e:
         raise InputError(file if file is not None else path, field, f"{path}: {e.message}") from None
-    except ValueError as e:
-        raise InputError(path, "", f"not JSON ({e})") from None
+    doc = json_text(text, path)
     got = doc.get("coefficients") if isinstance(doc, dict) else None
     if not isinstance(got, dict):
         raise InputError(path, "coefficients", "expected an object of coefficients, as the packaged fit's")
     values = {}
     for name in Coefficients.names():
         v = got.get(name, {}).get("value") if isinstance(got.get(name), dict) else got.get(name)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not (v >= 0 and v < float("inf")):
-            raise InputError(path, f"coefficients.{name}", f"a number >= 0 (got {v!r})")
-        values[name] = float(v)
+        x, why = strict_number(v, 0.0)
+        if why:
+            raise InputError(path, f"coefficients.{name}", f"{why} (a coefficient: {describe(v)})" if v else why)
+        values[name] = x
     for name in ("eta_f", "eta_b", "eta_dattn", "eta_moe", "p"):
         if values[name] <= 0:
             raise InputError(path, f"coefficients.{name}", "must be > 0")

@@ -65,7 +65,7 @@ def test_a_config_json_by_path_reads_like_the_catalogue(tmp_path):
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("{not json", "not a decoder's config.json"),
+        ("{not json", "not valid JSON"),
         ('{"hidden_size": 64}', "no 'num_attention_heads'"),
         ("[1, 2]", "expected a JSON object"),
         (

@@ -6,6 +6,7 @@ a scenario, and bad input is one line naming the file or flag (exit 2)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from wadiloco.experiments.cli import main
 from wadiloco.experiments.studies import vllm_h100 as vh
-from wadiloco.models.engine.physics_fit import default_coefficients, load_coefficients
+from wadiloco.models.engine.physics_fit import coefficients_doc, default_coefficients, load_coefficients
 from wadiloco.models.spec.resolve import from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,20 +65,26 @@ def test_the_committed_predictions_are_what_the_code_makes():
     )
 
 
-def test_calibrate_physics_writes_coefficients_a_scenario_runs_with(capsys, tmp_path):
-    rc, out, err = _cli(capsys, "calibrate", "physics", "--evals", "1", "--out", tmp_path / "c.json")
-    assert rc == 0 and "in sample" in out
-    assert load_coefficients(tmp_path / "c.json") == default_coefficients()  # one simulation: the start, kept
+def test_a_coefficients_file_runs_in_a_scenario(tmp_path):
+    c = replace(default_coefficients(), eta_f=0.5, t_api=0.01)
+    (tmp_path / "c.json").write_text(json.dumps(coefficients_doc(c, {}, {"on": "a test"})))
     engine = {"latency": "physics", "model": "Llama-2-7b-hf", "gpu": "H100", "physics_coefficients": "c.json"}
     run = from_dict({"engine": engine}, tmp_path / "s.yaml", tmp_path)
-    assert run.engine.latency.c == default_coefficients() and run.engine.api_s == default_coefficients().t_api
+    assert run.engine.latency.c == c and run.engine.api_s == 0.01
+
+
+@pytest.mark.slow  # (about 10 simulations of the fit set: the least squares' first Jacobian)
+def test_calibrate_physics_writes_coefficients(capsys, tmp_path):
+    rc, out, err = _cli(capsys, "calibrate", "physics", "--evals", "1", "--out", tmp_path / "c.json")
+    assert rc == 0 and "in sample" in out
+    assert load_coefficients(tmp_path / "c.json") == default_coefficients()  # one evaluation: the start, kept
 
 
 @pytest.mark.parametrize(
     "argv, needles",
     [
         (["validate", "vllm-h100", "--data", "{d}/missing.json"], ["missing.json", "not found"]),
-        (["validate", "vllm-h100", "--data", "{d}/bad.json"], ["bad.json", "not JSON"]),
+        (["validate", "vllm-h100", "--data", "{d}/bad.json"], ["bad.json", "not valid JSON"]),
         (["validate", "vllm-h100", "--data", "{d}/no_fit.json"], ["no_fit.json", "experiments", "fit"]),
         (["validate", "vllm-h100", "--seeds", "0"], ["--seeds"]),
         (["validate", "diloco-measured", "--out", "{d}/x"], ["--out", "vllm-h100"]),
