@@ -21,7 +21,6 @@ loads it visited and says when it does not (`monotone_warning`).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,10 +201,11 @@ def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[d
             bar.update(n)
 
     if workers > 1 and not tasks[0][-1]:  # fleet_kw (e.g. a latency model) stays in this process
-        import multiprocessing as mp
         from concurrent.futures import as_completed
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        from wadiloco.experiments.workers import process_pool
+
+        with process_pool(workers) as ex:  # plugins loaded in every worker
             futures = [ex.submit(_task, t) for t in tasks]
             for _ in as_completed(futures):
                 advance(per_search)

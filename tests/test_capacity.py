@@ -142,3 +142,35 @@ def test_capacity_estimate_separates_stable_from_saturated(graphs):
     assert srv >= 0.97 * off and q < 50
     off, srv, q = out[1.15]
     assert srv < 0.95 * off and q > 500
+
+
+def test_capacity_workers_load_plugins(tmp_path, monkeypatch, capsys):
+    """`capacity --workers 2` on a scenario whose workload kind a plugin registers: the spawned
+    workers load $WADILOCO_PLUGINS (experiments/workers.py), as the parent does, and give the answer
+    one process gives."""
+    import json
+
+    import yaml
+
+    from wadiloco.experiments.cli import main
+    from wadiloco.experiments.sweep import plugins
+
+    plugin = str(ROOT / "tests" / "plugin_workload.py")
+    monkeypatch.setenv("WADILOCO_PLUGINS", plugin)
+    scn = tmp_path / "plugged.yaml"
+    fleet = {"islands": 2, "hosts_per_island": 1}
+    merge = {"h_min": 16, "h_max": 32}
+    doc = {"name": "plugged", "drain_s": 10, "fleet": fleet, "merge": merge, "workload": {"kind": "test_plugin_flat"}}
+    scn.write_text(yaml.safe_dump({**doc, "policy": {"name": "fixed", "params": {"H": 16}}}), encoding="utf-8")
+    argv = ["capacity", str(scn), "--seeds", "2", "--horizon", "30", "--tol", "0.4", "--json", "--no-progress"]
+    try:
+        answers = []
+        for workers in ("2", "1"):
+            assert main([*argv, "--workers", workers]) == 0
+            answers.append(json.loads(capsys.readouterr().out))
+    finally:
+        WORKLOADS.pop("test_plugin_flat", None)
+        plugins._LOADED.discard(plugin)
+    keys = ("max_rate_rps_per_sidecar", "no_sync_max_rate_rps_per_sidecar", "per_seed")
+    assert {k: answers[0][k] for k in keys} == {k: answers[1][k] for k in keys}
+    assert answers[0]["max_rate_rps_per_sidecar"] > 0

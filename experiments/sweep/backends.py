@@ -1,7 +1,8 @@
 """Where a sweep's runs execute: local worker processes or Dask.
 
-LocalBackend: a concurrent.futures process pool ("spawn" context), its workers leaving Ctrl-C,
-SIGTERM and SIGHUP to the parent (which stops them) and exiting when the parent dies. DaskBackend: a
+LocalBackend: a concurrent.futures process pool (experiments.workers: "spawn" context, plugins
+loaded), its workers leaving Ctrl-C, SIGTERM and SIGHUP to the parent (which stops them) and exiting
+when the parent dies. DaskBackend: a
 LocalCluster it starts, or an existing scheduler; an address is probed first, with a deadline over
 the whole greeting, since any other TCP service would leave the Dask handshake waiting for minutes
 (or read its banner as the length of a message to allocate). Both take plain task dicts and return
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
-import multiprocessing as mp
 import os
 import re
 import socket
 import time
 from typing import Any
 
-from wadiloco.experiments.sweep.worker import execute_task, init_local_worker
+from wadiloco.experiments.sweep.worker import execute_task
+from wadiloco.experiments.workers import process_pool
 from wadiloco.models.errors import InputError
 
 WORKER_DIED = "worker process died"
@@ -99,12 +100,7 @@ class LocalBackend:
         self._start()
 
     def _start(self) -> None:
-        self.ex = cf.ProcessPoolExecutor(
-            max_workers=self.workers,
-            mp_context=mp.get_context("spawn"),
-            initializer=init_local_worker,
-            initargs=(os.getpid(), self.plugins),
-        )
+        self.ex = process_pool(self.workers, leave_signals=True, plugins=self.plugins)
 
     def submit(self, task: dict[str, Any]):
         try:

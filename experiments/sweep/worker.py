@@ -12,9 +12,6 @@ themselves are computed in models/results/metrics.py; this module only runs, com
 from __future__ import annotations
 
 import math
-import os
-import signal
-import threading
 import time
 import traceback
 import zlib
@@ -28,24 +25,6 @@ from wadiloco.experiments.sweep.plugins import load_plugins
 from wadiloco.models.results import metrics as M
 
 TIMELINE_MAX_POINTS = 2000
-
-
-def init_local_worker(parent_pid: int, plugins: tuple[str, ...]) -> None:
-    """ProcessPoolExecutor initializer: leave Ctrl-C, SIGTERM and SIGHUP to the parent (a signal to
-    the whole process group must not kill a run the parent is about to record; the parent stops
-    the workers itself), exit if the parent dies (a SIGKILLed sweep must not leave orphans
-    running), and import plugins up front."""
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_IGN)
-
-    def watch():
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent_pid:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-    load_plugins(plugins)
 
 
 def _sig(x: float) -> float | None:
