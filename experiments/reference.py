@@ -25,7 +25,9 @@ import annotated_types as at
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-DOCS_REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference"
+_CHECKOUT = Path(__file__).resolve().parents[1]
+# the checkout's pages; from an installed package (no docs/ beside it), docs/reference under the current folder
+DOCS_REFERENCE = (_CHECKOUT if (_CHECKOUT / "docs").is_dir() else Path.cwd()) / "docs" / "reference"
 COMMAND = "python -m wadiloco.experiments.reference"
 HEADER = ["| field | type | default | unit | meaning | source |", "|---|---|---|---|---|---|"]
 _BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
