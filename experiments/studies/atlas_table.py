@@ -1,6 +1,6 @@
 """The mechanism atlas: when is a merge safe, up to which load, and which resource decides it.
 
-    wadiloco sweep experiments/atlas.yaml --out DIR --workers 2
+    wadiloco sweep experiments/atlas.yaml --out DIR --workers 2 --no-figures
     python -m wadiloco.experiments.studies.atlas_table DIR [--capacity] [--doc docs/atlas.md] [--figure PATH]
 
 DIR is the sweep's output folder. Its regimes are named `DESIGN__MITIGATION__REGIME` (a cell, at its
@@ -462,7 +462,7 @@ def _by_mitigation(mine: list[dict[str, Any]]) -> str:
 INTRO = (
     "Each cell is a co-location design x a training-side mitigation x a workload regime, run with the "
     "calibration protocol ({runs} runs: {seeds} seeds, {horizon}) at the regime's own load, and with fixed-interval "
-    "merges only at three more loads (the load axis: a fraction of a sidecar's capacity, 1 = saturation). "
+    "merges only at more loads (the load axis: a fraction of a sidecar's capacity, 1 = saturation). "
     "Sync-excess is a run's SLO-violation rate minus the no_sync run's on the same seed, in percentage points; "
     "placement gain is a policy's sync-excess minus the "
     "mean of `matched_random[wa_diloco]` on the same seed (negative: placed better than random at the same merge "
@@ -478,7 +478,8 @@ INTRO = (
     "Capacity cost: 1 - wa_diloco's largest "
     "load at 90% SLO attainment over no_sync's (bisection to 0.05 of a sidecar's capacity, 2 seeds, bursty cells "
     "only; the interval holds the bisection's bracket). Regenerate: "
-    "`wadiloco sweep experiments/atlas.yaml --out DIR --workers 2`, then "
+    "`wadiloco sweep experiments/atlas.yaml --out DIR --workers 2 --no-figures` (the report without its "
+    "figures, a timeline per regime), then "
     "`python -m wadiloco.experiments.studies.atlas_table DIR --capacity --doc docs/atlas.md`."
 )
 
