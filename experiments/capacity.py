@@ -282,7 +282,7 @@ def merge_warning(
     else:
         what = f"runs made as few as {min(merges)} merge(s) (fewer than {MIN_MERGES}): the cost rests on too few merges"
     lengths = [r.get("merge_s", math.nan) for r in per_seed]
-    cause = few_merges_cause(sc, params or {}, [x for x in lengths if x == x], horizon_s or sc.horizon_s)
+    cause = few_merges_cause(sc, params or {}, [x for x in lengths if not math.isnan(x)], horizon_s or sc.horizon_s)
     return f"{policy}: {what}; {cause}"
 
 
