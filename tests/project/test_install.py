@@ -95,14 +95,17 @@ def _module_paths() -> set[Path]:
     """Files under the repository that module-level constants of experiments/ and benchmarks/ name
     (a path beside the code, or a list of them)."""
     out = set()
+    # the package's own folder: the checkout under an editable install, site-packages/wadiloco otherwise;
+    # a file found there is named by its place in the checkout
+    home = Path(importlib.import_module("wadiloco.experiments").__file__).resolve().parents[1]
     for pkg in ("wadiloco.experiments", "wadiloco.benchmarks"):
         base = importlib.import_module(pkg)
         for info in pkgutil.walk_packages(base.__path__, pkg + "."):
             mod = importlib.import_module(info.name)
             for v in vars(mod).values():
                 for p in v if isinstance(v, list | tuple) else [v]:
-                    if isinstance(p, Path) and ROOT in p.resolve().parents and p.is_file():
-                        out.add(p.resolve())
+                    if isinstance(p, Path) and home in p.resolve().parents and p.is_file():
+                        out.add(ROOT / p.resolve().relative_to(home))
     return out
 
 
