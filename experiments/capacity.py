@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import product
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -94,9 +94,16 @@ def check_search(
     )  # what each run's resolution would refuse (a profile's fit, the policy)
 
 
+class Merges(NamedTuple):
+    """A run's merges: how many finished, and their mean length (s; NaN without one)."""
+
+    n: int
+    mean_s: float
+
+
 def attainment_at(
     sc: Scenario, load: float, seed: int, policy: str, params: dict | None, fleet_kw: dict | None = None
-) -> tuple[float, float, int]:
+) -> tuple[float, float, Merges]:
     """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`; a merge still running at
     the end (unfinished) counts: it pressed on serving all the same."""
     from wadiloco.experiments.runner import run_one
@@ -106,7 +113,8 @@ def attainment_at(
     if s["slo_violation_rate"] is None:  # no request arrived: no attainment to compare with the target
         why = f"a run at load {load:g} (seed {seed}) had no requests, so it says nothing about the SLO"
         raise InputError(sc.source, "horizon_s", f"{why}; lengthen the horizon (--horizon)")
-    merges = int(s["merges"]) + int(s["merges_unfinished"])
+    n = int(s["merges"]) + int(s["merges_unfinished"])
+    merges = Merges(n, float(s.get("merge_duration_mean_s") or math.nan) if s["merges"] else math.nan)
     return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), merges
 
 
@@ -153,7 +161,7 @@ def search_seed(
 
 
 def _found(
-    seed: int, cap: float, visited: list, load: float, m: int, bracket: list[float], note: str = "", target=None
+    seed: int, cap: float, visited: list, load: float, m: Merges | int, bracket: list, note: str = "", target=None
 ):
     """One seed's answer, with whether attainment fell with load on the points visited (`monotone`),
     and whether a rise straddles the target (`misordered`: a load that missed it below one that met
@@ -166,7 +174,9 @@ def _found(
         (l0, a0), (l1, a1) = rises[0]
         note = "; ".join(n for n in (note, f"attainment rose with load ({a0:.4f} at {l0:g}, {a1:.4f} at {l1:g})") if n)
     rec = {"seed": seed, "max_load": load, "max_rate": load * cap, "max_rate_high": bracket[1] * cap}
-    rec.update(capacity_rps=cap, merges=m, evals=len(visited), bracket=bracket, visited=[list(p) for p in pts])
+    n, merge_s = (m.n, m.mean_s) if isinstance(m, Merges) else (int(m), math.nan)
+    rec.update(capacity_rps=cap, merges=n, merge_s=merge_s, evals=len(visited), bracket=bracket)
+    rec["visited"] = [list(p) for p in pts]
     return {**rec, "monotone": not rises, "misordered": misordered, "note": note}
 
 
@@ -254,15 +264,16 @@ def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[d
     return results
 
 
-def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], horizon_s: float | None) -> str:
-    """Why a capacity cost may mean nothing: a policy whose runs made no merge, or too few."""
+def merge_warning(
+    sc: Scenario, policy: str, per_seed: list[dict[str, Any]], horizon_s: float | None, params: dict | None = None
+) -> str:
+    """Why a capacity cost may mean nothing: a policy whose runs made no merge, or too few; and the
+    likely cause, with its numbers (few_merges_cause)."""
     if policy == "no_sync":
         return ""
     merges = [r["merges"] for r in per_seed]
     if min(merges) >= MIN_MERGES:
         return ""
-    h = horizon_s or sc.horizon_s
-    steps = f"a {h:g} s horizon is about {h / sc.training.step_time_s:.0f} inner steps"
     none = sum(m == 0 for m in merges)
     if none == len(merges):
         what = "no run made a merge, so this measures nothing about training's cost"
@@ -270,7 +281,40 @@ def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], hor
         what = f"{none} of {len(merges)} seeds made no merge at their answer load"
     else:
         what = f"runs made as few as {min(merges)} merge(s) (fewer than {MIN_MERGES}): the cost rests on too few merges"
-    return f"{policy}: {what}; {steps} (lengthen --horizon or shorten the policy's interval)"
+    lengths = [r.get("merge_s", math.nan) for r in per_seed]
+    cause = few_merges_cause(sc, params or {}, [x for x in lengths if not math.isnan(x)], horizon_s or sc.horizon_s)
+    return f"{policy}: {what}; {cause}"
+
+
+def few_merges_cause(sc: Scenario, params: dict, merge_s: list[float], horizon_s: float) -> str:
+    """What keeps merges out of a run, with the numbers: the policy's interval against the horizon,
+    or a merge's length (`merge_s`, of the merges that finished) against the interval, or both
+    against the horizon. Between merges the islands take the interval's inner steps; a merge then
+    holds them at its barrier for its length."""
+    step = sc.training.step_time_s
+    steps, what = (int(params["H"]), "the policy's interval (H)") if "H" in params else (sc.merge.h_min, "merge.h_min")
+    interval = steps * step
+    iv = f"{what}, {steps} inner steps x {step:g} s = {interval:.0f} s"
+    shorten = "shorten the merge (a faster WAN, merge.compression, merge.fragments, checkpoint_mode: async)"
+    if interval >= horizon_s:
+        return f"likely cause: {iv}, is not shorter than the {horizon_s:g} s horizon (lengthen --horizon)"
+    if not merge_s:  # a merge started after the first interval and none finished before the horizon
+        return (
+            f"likely cause: the merge's length: the first merge could start after {iv}, and none finished in the "
+            f"{horizon_s - interval:.0f} s left of the {horizon_s:g} s horizon ({shorten}, or lengthen --horizon)"
+        )
+    mean = float(np.mean(merge_s))
+    if mean >= interval:
+        return (
+            f"likely cause: the merge's length: a merge took {mean:.0f} s (mean), longer than {iv} ({shorten}; "
+            "a longer --horizon adds few merges)"
+        )
+    cycle = interval + mean
+    return (
+        f"likely cause: the horizon: {iv}, plus a {mean:.0f} s merge is {cycle:.0f} s, {horizon_s / cycle:.1f} "
+        f"times in the {horizon_s:g} s horizon (lengthen --horizon to at least {MIN_MERGES * cycle:.0f} s, or "
+        "shorten the interval)"
+    )
 
 
 NO_TRAINING = "no_training"  # the search on the fleet with training off (training.enabled false)
@@ -337,7 +381,7 @@ def capacity(
     out.update(
         merges_min=min(r["merges"] for r in pol),
         merges_mean=float(np.mean([r["merges"] for r in pol])),
-        merge_warning=merge_warning(sc, policy, pol, spec.horizon_s),
+        merge_warning=merge_warning(sc, policy, pol, spec.horizon_s, params),
         monotone_warning=monotone_warning(off + base + (pol if policy != BASELINE else [])),
     )
     return {**out, "per_seed": pol, "no_sync_per_seed": base, "no_training_per_seed": off}

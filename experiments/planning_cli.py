@@ -267,18 +267,16 @@ def _markdown(df, path: str) -> str:
 
 
 def _figure(df, path: str, policy: str) -> bytes:
-    """Capacity against the varied field: on a log axis at the values themselves when they are
-    positive numbers (10, 25, 100 Gb/s are not evenly spaced), as categories otherwise."""
-    import numpy as np
-
+    """Capacity against the varied field: points joined by lines, on a log axis at the values
+    themselves, when they are positive numbers (10, 25, 100 Gb/s are not evenly spaced); bars side by
+    side per value when they are categories (a mode, an engine, a list), which no line may join."""
     from wadiloco.experiments.figures import Figure, png_bytes, style
 
     with style():
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
         vals = list(df[path])
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)
-        x = [float(v) for v in vals] if numeric else list(range(len(vals)))
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in vals)
         series = [
             (f"{p}max_rate_rps_per_sidecar", f"{p}max_rate_ci_low", f"{p}max_rate_ci_high", label)
             for p, label in (
@@ -287,17 +285,41 @@ def _figure(df, path: str, policy: str) -> bytes:
                 ("no_training_", "without training"),
             )
         ]
-        for col, lo, hi, label in series[1:] if policy == "no_sync" else series:
-            y = df[col].to_numpy()
-            top = np.where(np.isfinite(df[hi].to_numpy()), df[hi].to_numpy(), y)  # an open end: no bar up
-            ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), top - y], marker="o", capsize=4, label=label)
-        if numeric and len(set(x)) > 1 and max(x) / min(x) >= 4:
-            ax.set_xscale("log")
-        ax.set_xticks(x, [str(v) for v in vals])
-        ax.minorticks_off()
+        series = series[1:] if policy == "no_sync" else series
+        (_lines if numeric else _bars)(ax, df, [float(v) for v in vals] if numeric else vals, series)
         ax.set_xlabel(path)
         ax.set_ylabel("max request rate per sidecar (req/s)")
         ax.set_title(f"Serving capacity at {df['attainment_target'].iloc[0]:.0%} SLO attainment")
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
         return png_bytes(fig, dpi=120)
+
+
+def _yerr(df, col: str, lo: str, hi: str):
+    """A series, and its interval as error-bar lengths (an open upper end: no bar up)."""
+    import numpy as np
+
+    y = df[col].to_numpy()
+    top = np.where(np.isfinite(df[hi].to_numpy()), df[hi].to_numpy(), y)
+    return y, [y - df[lo].to_numpy(), top - y]
+
+
+def _lines(ax, df, x: list[float], series) -> None:
+    for col, lo, hi, label in series:
+        y, err = _yerr(df, col, lo, hi)
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, label=label)
+    if len(set(x)) > 1 and max(x) / min(x) >= 4:
+        ax.set_xscale("log")
+    ax.set_xticks(x, [f"{v:g}" for v in x])
+    ax.minorticks_off()
+
+
+def _bars(ax, df, vals: list, series) -> None:
+    import numpy as np
+
+    width = 0.8 / len(series)
+    pos = np.arange(len(vals))
+    for k, (col, lo, hi, label) in enumerate(series):
+        y, err = _yerr(df, col, lo, hi)
+        ax.bar(pos + (k - (len(series) - 1) / 2) * width, y, width, yerr=err, capsize=4, label=label)
+    ax.set_xticks(pos, [str(v) for v in vals])

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from wadiloco.experiments.store import DAMAGED
 from wadiloco.experiments.sweep.plugins import load_plugins, plugin_files, plugin_modules
-from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
+from wadiloco.experiments.sweep.spec import BootstrapSpec, Entry, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES
 from wadiloco.models.policies.registry import unknown_policy
@@ -59,6 +59,7 @@ class Regime:
     horizon_s: float | None = None
     workload: str | None = None
     scenario: Scenario | None = field(default=None, repr=False, compare=False)  # None when read back
+    load: float | None = None  # workload.load, where the workload states one (a sidecar's capacity = 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,11 +68,14 @@ class Regime:
             "scenario_hash": self.digest,
             "horizon_s": self.horizon_s,
             "workload": self.workload,
+            "load": self.load,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Regime:
-        return cls(d["name"], d.get("path", ""), d["scenario_hash"], d.get("horizon_s"), d.get("workload"))
+        return cls(
+            d["name"], d.get("path", ""), d["scenario_hash"], d.get("horizon_s"), d.get("workload"), load=d.get("load")
+        )
 
 
 @dataclass(frozen=True)
@@ -254,15 +258,18 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
     file = str(file)
     plugins = plugin_modules()
     load_plugins(plugins)
+    entries = [e for i, r in enumerate(spec.regimes) for e in r.expand(i)]
+    check_count("runs", len(entries) * len(spec.seeds), file, "regimes", "runs of no_sync alone (regimes x seeds)")
     regimes: list[Regime] = []
-    for i in range(len(spec.regimes)):
-        reg = _regime(spec, i, file, Path(base_dir))
+    scenarios: dict[Path, Scenario] = {}  # each file is read once, however many regimes start from it
+    for e in entries:
+        reg = _regime(spec, e, file, Path(base_dir), scenarios)
         if any(x.name == reg.name for x in regimes):
-            raise InputError(
-                file, f"regimes.{i}.name", f"two regimes are named {reg.name!r}; give each a distinct `name`"
-            )
+            where = f"regimes.{e.index}." + ("product" if e.from_product else "name")
+            raise InputError(file, where, f"two regimes are named {reg.name!r}; give each a distinct `name`")
         regimes.append(reg)
-    arms = _arms(spec, file, regimes)
+    groups = _groups(spec, entries, regimes, file)
+    arms = _arms(spec, file, regimes, groups)
     _check_size(spec, arms, regimes, file)
     return Plan(
         name=spec.name,
@@ -277,6 +284,19 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
         plugins=plugins,
         inputs=input_digests([r.scenario for r in regimes], plugins, [a.params for a in arms]),
     )
+
+
+def _groups(spec: SweepSpec, entries: list[Entry], regimes: list[Regime], file: str) -> dict[str, list[str]]:
+    """Each `regimes[].group` and the names of its regimes; a group may not share a regime's name."""
+    names = {r.name for r in regimes}
+    out: dict[str, list[str]] = {}
+    for e, reg in zip(entries, regimes):
+        if e.group is None:
+            continue
+        if e.group in names:
+            raise InputError(file, f"regimes.{e.index}.group", f"{e.group!r} is a regime's name too; rename the group")
+        out.setdefault(e.group, []).append(reg.name)
+    return out
 
 
 def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: str) -> None:
@@ -336,15 +356,16 @@ def _strings(obj: Any):
             yield from _strings(v)
 
 
-def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
+def _regime(spec: SweepSpec, e: Entry, file: str, base: Path, scenarios: dict[Path, Scenario]) -> Regime:
     """A regime: its scenario + the sweep-wide overrides + the regime's own overrides."""
-    r = spec.regimes[i]
-    p = Path(r.path)
+    p = Path(e.path)
     p = p if p.is_absolute() else base / p
-    problem = input_problem(p, "scenario file")
-    if problem:
-        raise InputError(file, f"regimes.{i}.path", f"{r.path}: {problem} (looked for {p})")
-    sc = load_scenario(p)
+    if p not in scenarios:
+        problem = input_problem(p, "scenario file")
+        if problem:
+            raise InputError(file, e.path_at, f"{e.path}: {problem} (looked for {p})")
+        scenarios[p] = load_scenario(p)
+    sc = scenarios[p]
     # The scenario's own `policy` is not used by a sweep (the sweep names its policies), so it
     # is neutralised first: it cannot clash with an overridden corridor, and it does not enter
     # the scenario hash.
@@ -354,31 +375,38 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
         merged[k], origin[k] = v, f"overrides.{k}"
     if spec.horizon_s is not None:
         merged["horizon_s"], origin["horizon_s"] = spec.horizon_s, "horizon_s"
-    for k, v in r.overrides.items():
-        merged[k], origin[k] = v, f"regimes.{i}.overrides.{k}"
+    merged.update(e.overrides)
+    origin.update(e.origin)
     try:
         sc = with_overrides(sc, merged)
-    except InputError as e:
+    except InputError as err:
         # a field-level problem names its override; a scenario-wide one (e.g. h_min > h_max)
         # names the most specific override block
-        where = origin.get(e.where) or next(
-            (w for k, w in origin.items() if e.where and (k.startswith(e.where + ".") or e.where.startswith(k))),
-            f"regimes.{i}.overrides" if r.overrides else "overrides",
+        where = origin.get(err.where) or next(
+            (w for k, w in origin.items() if err.where and (k.startswith(err.where + ".") or err.where.startswith(k))),
+            f"regimes.{e.index}.overrides" if e.overrides else "overrides",
         )
         raise InputError(
-            file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}{e.message}"
+            file, where, f"does not apply to {p}: {err.where + ': ' if err.where else ''}{err.message}"
         ) from None
-    name = r.name or sc.name
-    check_run(sc, file=file, prefix=f"regimes.{i} ({name}): ")  # before any output exists
-    with named_by(file, f"regimes.{i} ({name})"):
+    name = e.name or sc.name
+    check_run(sc, file=file, prefix=f"regimes.{e.index} ({name}): ")  # before any output exists
+    with named_by(file, f"regimes.{e.index} ({name})"):
         resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
-    return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
+    return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc, _load_of(sc))
 
 
-def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:
+def _load_of(sc: Scenario) -> float | None:
+    """The workload's load (a fraction of a sidecar's capacity), if it states one."""
+    load = sc.workload.get("load")
+    return float(load) if isinstance(load, int | float) and not isinstance(load, bool) else None
+
+
+def _arms(spec: SweepSpec, file: str, regimes: list[Regime], groups: dict[str, list[str]]) -> list[Arm]:
     """The arms in the YAML's order; a control's arms follow its references' order."""
     counts = Counter(ps.name for ps in spec.policies)
-    entries = [(i, ps, _check_entry(i, ps, counts, regimes, file)) for i, ps in enumerate(spec.policies)]
+    policies = [_ungroup(i, ps, groups, regimes, file) for i, ps in enumerate(spec.policies)]
+    entries = [(i, ps, _check_entry(i, ps, counts, regimes, file)) for i, ps in enumerate(policies)]
     plain: dict[str, PolicySpec] = {}
     for i, ps, label in entries:
         if not ps.references:
@@ -415,14 +443,23 @@ def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:
     return arms
 
 
+def _ungroup(i: int, ps: PolicySpec, groups: dict[str, list[str]], regimes: list[Regime], file: str) -> PolicySpec:
+    """The entry with the groups its `regimes` names replaced by their regimes (each once)."""
+    if ps.regimes is None:
+        return ps
+    names = {r.name for r in regimes}
+    out: list[str] = []
+    for j, rn in enumerate(ps.regimes):
+        if rn not in names and rn not in groups:
+            known = ", ".join(list(groups) + [r.name for r in regimes][:20]) + (", ..." if len(regimes) > 20 else "")
+            where = f"policies.{i}.regimes.{j}"
+            raise InputError(file, where, f"no regime or group named {rn!r} in this sweep ({known})")
+        out += [n for n in groups.get(rn, [rn]) if n not in out]
+    return ps.model_copy(update={"regimes": out})
+
+
 def _check_entry(i: int, ps: PolicySpec, counts: Counter, regimes: list[Regime], file: str) -> str:
     """Check one policy entry against the registry and the regimes; its label."""
-    names = [r.name for r in regimes]
-    for j, rn in enumerate(ps.regimes or []):
-        if rn not in names:
-            raise InputError(
-                file, f"policies.{i}.regimes.{j}", f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})"
-            )
     if ps.name not in POLICIES:
         raise InputError(file, f"policies.{i}.name", unknown_policy(ps.name))
     takes_ref = POLICIES[ps.name].takes_reference

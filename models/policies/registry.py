@@ -41,6 +41,8 @@ def parse_policy(
     cls = POLICIES[name]
     if params is not None and not isinstance(params, dict):
         raise InputError(file, f"{where}.params", "must be a mapping of parameter names to values")
+    if params and not cls.Params.model_fields:
+        raise InputError(file, f"{where}.params", f"{name} takes no parameters (got {', '.join(map(str, params))})")
     return cls, validate(cls.Params, params or {}, file, f"{where}.params")
 
 

@@ -179,6 +179,8 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
         switch_gbps=cap("links", fc.switch_gbps),
         wan_gbps=cap("links", fc.interisland_gbps * link_efficiency(fc.wan_efficiency, fc.interisland_gbps)),
         store_gbps=cap("storage", m.checkpoint_gbps),
+        checkpoint_store=m.checkpoint_store,
+        island_store_gbps=cap("storage", m.island_store_gbps),
         serialize_gbps=cap("storage", m.serialize_gbps * m.serialize_threads),
     )
 

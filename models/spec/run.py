@@ -50,6 +50,8 @@ class FleetSpec:
     switch_gbps: float
     wan_gbps: float  # an island uplink: interisland_gbps x wan_efficiency (auto: models.network.collective)
     store_gbps: float  # the checkpoint store's write path
+    checkpoint_store: str  # global (one store behind the WAN core) or per_island (sim.topology)
+    island_store_gbps: float  # an island's store's write path (per_island)
     serialize_gbps: float  # a host's checkpoint serialisers: per-thread rate x threads
 
     @property

@@ -474,8 +474,21 @@ class MergeConfig(Strict):
     checkpoint_gbps: float = Field(
         80.0,
         gt=0,
-        description="The checkpoint store's aggregate write bandwidth; every island writes its replica, sharded "
-        "over its hosts. Unit: Gb/s. Source: assumption (a parallel filesystem faster than 8 writers).",
+        description="The global checkpoint store's aggregate write bandwidth (checkpoint_store global); every "
+        "island writes its replica, sharded over its hosts. Unit: Gb/s. Source: assumption (a parallel filesystem "
+        "faster than 8 writers).",
+    )
+    checkpoint_store: Literal["global", "per_island"] = Field(
+        "global",
+        description="global: one store behind the WAN core, so every island's checkpoint writes cross its uplink; "
+        "per_island: a store in each island (region), reached through the island's switch, so they never leave "
+        "the island. Source: project choice (a deployment choice).",
+    )
+    island_store_gbps: float = Field(
+        80.0,
+        gt=0,
+        description="Each island's store's write bandwidth (checkpoint_store per_island), shared by that island's "
+        "hosts. Unit: Gb/s. Source: assumption (as checkpoint_gbps).",
     )
     serialize_gbps: float = Field(
         5.6,
@@ -1033,6 +1046,8 @@ OPT_IN_FIELDS = (
     "merge.compression_on",
     "merge.compress_gpu_elements_per_s",
     "merge.compress_host_elements_per_s",
+    "merge.checkpoint_store",
+    "merge.island_store_gbps",
     "fleet.gpu_sharing",
     "fleet.mps_training_share",
     "fleet.host_cores",

@@ -234,6 +234,7 @@ CLI_CASES = [
     ("param_no_equals", ["run", NORMAL, "--param", "H"], "--param"),
     ("param_bad_value", ["run", NORMAL, "--param", "H=-4"], "H"),
     ("param_unknown", ["run", NORMAL, "--param", "Q=4"], "Q"),
+    ("param_for_no_params", ["run", NORMAL, "--policy", "no_sync", "--param", "H=128"], "no_sync takes no parameters"),
     ("param_yaml_error", ["run", NORMAL, "--param", "H=[1"], "H"),
     ("calibrate_missing_file", ["calibrate", "--file", "/nope.json"], "/nope.json"),
     ("trace_missing", ["trace", "/nope.csv"], "/nope.csv"),

@@ -211,3 +211,110 @@ def test_merges_cost_is_the_gpu_share_a_merge_takes():
     assert abs(r["merges_cost_fraction"] - expected) < 0.035, (r["merges_cost_fraction"], expected)
     assert r["merges_cost_ci_low"] <= expected <= r["merges_cost_ci_high"]
     assert r["per_seed"][0]["merges"] == 1  # the one merge, still running at the end (unfinished), counts
+
+
+def test_capacity_workers_load_plugins(tmp_path, monkeypatch, capsys):
+    """`capacity --workers 2` on a scenario whose workload kind a plugin registers: the spawned
+    workers load $WADILOCO_PLUGINS (experiments/sweep/backends.py `process_pool`), as the parent does,
+    and give the answer
+    one process gives."""
+    import json
+
+    import yaml
+
+    from wadiloco.experiments.cli import main
+    from wadiloco.experiments.sweep import plugins
+
+    plugin = str(ROOT / "tests" / "plugin_workload.py")
+    monkeypatch.setenv("WADILOCO_PLUGINS", plugin)
+    scn = tmp_path / "plugged.yaml"
+    fleet = {"islands": 2, "hosts_per_island": 1}
+    merge = {"h_min": 16, "h_max": 32}
+    doc = {"name": "plugged", "drain_s": 10, "fleet": fleet, "merge": merge, "workload": {"kind": "test_plugin_flat"}}
+    scn.write_text(yaml.safe_dump({**doc, "policy": {"name": "fixed", "params": {"H": 16}}}), encoding="utf-8")
+    argv = ["capacity", str(scn), "--seeds", "2", "--horizon", "30", "--tol", "0.4", "--json", "--no-progress"]
+    try:
+        answers = []
+        for workers in ("2", "1"):
+            assert main([*argv, "--workers", workers]) == 0
+            answers.append(json.loads(capsys.readouterr().out))
+    finally:
+        WORKLOADS.pop("test_plugin_flat", None)
+        plugins._LOADED.discard(plugin)
+    keys = ("max_rate_rps_per_sidecar", "no_sync_max_rate_rps_per_sidecar", "per_seed")
+    assert {k: answers[0][k] for k in keys} == {k: answers[1][k] for k in keys}
+    assert answers[0]["max_rate_rps_per_sidecar"] > 0
+
+
+def _sc_for_hint(**merge):
+    return scenario_from_dict(
+        {
+            "name": "hint",
+            "horizon_s": 600,
+            "training": {"step_time_s": 0.5},
+            "merge": {"h_min": 128, "h_max": 512, **merge},
+            "workload": {"kind": "bursty"},
+            "policy": {"name": "fixed", "params": {"H": 256}},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "params,merge_s,horizon,words",
+    [
+        ({"H": 256}, [188.0], 600, ["merge's length", "took 188 s (mean)", "256 inner steps x 0.5 s = 128 s"]),
+        ({"H": 256}, [], 600, ["merge's length", "after the policy's interval (H)", "none finished in the 472 s"]),
+        ({"H": 256}, [], 100, ["128 s, is not shorter than the 100 s horizon", "lengthen --horizon"]),
+        ({}, [10.0], 300, ["the horizon", "merge.h_min, 128 inner steps", "74 s", "--horizon to at least 148"]),
+    ],
+)
+def test_too_few_merges_names_the_likely_cause(params, merge_s, horizon, words):
+    from wadiloco.experiments.capacity import few_merges_cause
+
+    text = few_merges_cause(_sc_for_hint(), params, merge_s, horizon)
+    assert all(w in text for w in words), text
+
+
+def test_capacity_says_a_long_merge_kept_merges_out():
+    """A 70B-class pseudo-gradient on a 2-host fleet: the first merge starts at 16 s and is still
+    checkpointing at the 60-s horizon; the warning blames the merge's length, not the horizon."""
+    sc = with_overrides(
+        load_scenario(ROOT / "scenarios" / "bursty.yaml"),
+        {"fleet.islands": 2, "fleet.hosts_per_island": 1, "training.params": 7.0e10, "drain_s": 5},
+    )
+    sc = with_overrides(sc, {"merge.h_min": 32, "merge.h_max": 64, "policy.params": {"H": 32}})
+    r = capacity(sc, "fixed", {"H": 32}, seeds=1, spec=SearchSpec(lo=0.2, hi=0.6, tol=0.4, horizon_s=60))
+    assert r["merges_min"] <= 1  # the one merge, unfinished at the horizon, counts
+    assert "likely cause: the merge's length" in r["merge_warning"], r["merge_warning"]
+    assert "none finished in the 44 s left of the 60 s horizon" in r["merge_warning"]
+
+
+@pytest.mark.parametrize(
+    "values,kind", [([10, 25, 100], "lines"), (["sync", "async"], "bars"), ([True, False], "bars")]
+)
+def test_whatif_figure_joins_numbers_and_bars_categories(monkeypatch, values, kind):
+    """whatif's figure: capacity per value as points joined by lines where the values are numbers, as
+    bars side by side (policy, no_sync and without training) where they are categories, which no line may join."""
+    import pandas as pd
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    from wadiloco.experiments import figures
+    from wadiloco.experiments.planning_cli import _figure
+
+    n = len(values)
+    df = pd.DataFrame({"merge.checkpoint_mode": values, "attainment_target": [0.9] * n})
+    for col in ("max_rate", "no_sync_max_rate", "no_training_max_rate"):
+        df[f"{col}_rps_per_sidecar"] = np.linspace(5, 8, n)
+        df[f"{col}_ci_low"] = df[f"{col}_rps_per_sidecar"] - 0.5
+        df[f"{col}_ci_high"] = df[f"{col}_rps_per_sidecar"] + 0.5
+    seen = {}
+    monkeypatch.setattr(figures, "png_bytes", lambda fig, dpi=None: seen.setdefault("fig", fig) and b"png")
+    _figure(df, "merge.checkpoint_mode", "fixed")
+    (ax,) = seen["fig"].axes
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    lines = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.lines[0] is not None]  # joined
+    if kind == "bars":
+        assert len(bars) == 3 and all(len(b.patches) == n for b in bars) and not lines
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in values]
+    else:
+        assert len(lines) == 3 and not bars and ax.get_xscale() == "log"

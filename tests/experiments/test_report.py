@@ -86,6 +86,6 @@ def test_template_ships_as_package_data():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     data = dict(cfg["options.package_data"])
-    assert data["wadiloco.experiments"].strip() == "templates/*.j2"
+    assert data["wadiloco.experiments"].strip() == "templates/*.j2, *.yaml"
     assert (ROOT / "experiments" / "templates" / R.TEMPLATE).is_file()
     assert any(line.strip().startswith("Jinja2") for line in cfg["options"]["install_requires"].splitlines())

@@ -27,7 +27,7 @@ def test_every_package_folder_is_installed():
     listed = {p.strip() for p in cfg["options"]["packages"].split() if p.strip()}
     found = {
         "wadiloco." + ".".join(init.parent.relative_to(ROOT).parts)
-        for top in TOP
+        for top in (*TOP, "scenarios")  # scenarios: data the sweep files and benchmarks read, installed too
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert found == listed, (

@@ -93,7 +93,10 @@ def test_mean_rate_is_load_times_capacity(kind, load):
 
 def test_defaults_per_kind():
     loads = {k: parse_workload({"kind": k}).load for k in SYNTHETIC}
-    assert loads == {"normal": 0.5, "pressure_heavy": 1.0, "sustained_sync_heavy": 0.8, "bursty": 0.6, "aperiodic": 0.6}
+    assert loads == {
+        **{"normal": 0.5, "pressure_heavy": 1.0, "sustained_sync_heavy": 0.8},
+        **{"bursty": 0.6, "aperiodic": 0.6, "diurnal": 0.5},
+    }
 
 
 def test_capacity_sees_clipped_token_means():
@@ -227,6 +230,111 @@ def test_aperiodic_rate_long_run():
     arrs = gen(spec, n=1, horizon=50_000)
     expected = 0.6 * CAP * 50_000
     assert len(arrs[0]) == pytest.approx(expected, rel=0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# diurnal
+
+DAY = 3600.0  # a short "day" keeps the counts small; the curve is in hours of the period either way
+
+
+def _hourly_counts(a: Arrivals, days: int) -> np.ndarray:
+    return np.histogram(a.t % DAY, bins=24, range=(0, DAY))[0] / days
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"hourly": [1.0] * 8 + [4.0] * 8 + [2.0] * 8}, {"bursts": {"gap_mean_s": 300, "burst_mean_s": 30}}],
+    ids=["sine", "hourly", "bursts"],
+)
+def test_diurnal_mean_rate_over_whole_periods_is_load(extra):
+    days, load = 20, 0.8
+    arrs = gen({"kind": "diurnal", "load": load, "period_s": DAY, **extra}, n=1, horizon=days * DAY)
+    expected = load * CAP * days * DAY
+    # the curve's steps are exact means, so whole periods hold exactly load x capacity in expectation;
+    # bursts add their own variance (a burst ratio of 3: about 3x a Poisson count's)
+    k = 4.0 if "bursts" not in extra else 40.0
+    for a in arrs:
+        assert abs(len(a) - expected) < poisson_tol(expected, k), (len(a), expected)
+
+
+def test_diurnal_sine_follows_its_curve():
+    days, ratio, peak = 20, 4.0, 15.0
+    spec = {"kind": "diurnal", "load": 1.0, "period_s": DAY, "peak_hour": peak, "peak_to_trough": ratio}
+    (a,) = gen({**spec, "start_hour": 6.0}, n=1, horizon=days * DAY)
+    got = _hourly_counts(a, days)
+    hours = np.arange(24) + 0.5 + 6.0  # the run starts at 06:00, so its hour h is the day's h + 6
+    amp = (ratio - 1) / (ratio + 1)
+    want = CAP * DAY / 24 * (1 + amp * np.cos(2 * np.pi * (hours - peak) / 24))
+    assert np.all(np.abs(got - want) < 5 * np.sqrt(want / days) + 0.01 * want)
+    assert np.argmax(got) == int(peak - 6.0) or np.argmax(got) == int(peak - 6.0) - 1
+    assert got.max() / got.min() == pytest.approx(ratio, rel=0.15)  # hour means flatten the extremes a little
+
+
+def test_diurnal_hourly_profile_steps_exactly():
+    days, prof = 20, [1.0] * 6 + [5.0] * 6 + [2.0] * 12
+    (a,) = gen({"kind": "diurnal", "load": 1.0, "period_s": DAY, "hourly": prof}, n=1, horizon=days * DAY)
+    edges, level = W.diurnal(parse_workload({"kind": "diurnal", "period_s": DAY, "hourly": prof}),
+                             Context(1, 2 * DAY, cap, 0, "x"))  # fmt: skip
+    assert set(np.round(level, 9)) == {round(x / np.mean(prof), 9) for x in prof}
+    want = CAP * DAY / 24 * np.asarray(prof) / np.mean(prof)
+    got = _hourly_counts(a, days)
+    assert np.all(np.abs(got - want) < 5 * np.sqrt(want / days))
+
+
+def test_diurnal_curve_from_a_trace_is_its_binned_counts(tmp_path):
+    times = np.concatenate([np.linspace(0, 99.9, 100), np.linspace(100, 199.9, 300)])  # 1/s, then 3/s
+    path = _trace_file(tmp_path, np.append(times, 200.0))
+    p = parse_workload({"kind": "diurnal", "trace": path.name, "trace_bins": 2, "period_s": DAY}, "s.yaml", tmp_path)
+    np.testing.assert_allclose(p.slices(), [0.5, 1.5], rtol=0.02)
+    edges, level = W.diurnal(p, Context(1, DAY, cap, 0, "x"))
+    assert list(edges) == [0.0, DAY / 2, DAY] and level == pytest.approx([0.5, 1.5], rel=0.02)
+
+
+def test_diurnal_bursts_are_fleet_wide_seeded_and_their_own_stream():
+    spec = {"kind": "diurnal", "period_s": DAY, "bursts": {"gap_mean_s": 600, "burst_mean_s": 60, "ratio": 5}}
+    p = parse_workload(spec)
+    e1, l1 = W.diurnal(p, Context(1, DAY, cap, 3, "x"))
+    e2, _ = W.diurnal(p, Context(4, DAY, cap, 3, "x"))
+    np.testing.assert_array_equal(e1, e2)  # the same bursts whatever the fleet
+    assert not np.array_equal(e1, W.diurnal(p, Context(1, DAY, cap, 4, "x"))[0])  # another seed, other bursts
+    plain = W.diurnal(parse_workload({"kind": "diurnal", "period_s": DAY}), Context(1, DAY, cap, 3, "x"))
+    assert set(plain[0]) <= set(e1)  # bursts cut the curve's steps, never move them
+    on = l1 / plain[1][np.searchsorted(plain[0], (e1[:-1] + e1[1:]) / 2) - 1]  # the curve's step under each piece
+    assert set(np.round(on, 6)) <= {round(x, 6) for x in W._on_off_levels(0.1, 0.2)}
+
+
+def test_diurnal_arrivals_are_common_to_every_policy():
+    """Common random numbers through the simulator: no_sync and fixed on one seed see the same requests."""
+    from wadiloco.experiments.runner import run_one
+    from wadiloco.models.spec.load import load_scenario, with_overrides
+
+    sc = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "bursty.yaml")
+    sc = with_overrides(sc, {"workload": {"kind": "diurnal", "period_s": 120.0, "bursts": {"gap_mean_s": 40,
+                        "burst_mean_s": 10}}, "horizon_s": 60, "drain_s": 5, "fleet.hosts_per_island": 1,
+                        "merge.h_min": 16, "merge.h_max": 32, "policy.params": {"H": 16}})  # fmt: skip
+    a, b = run_one(sc, 2, "no_sync", {}), run_one(sc, 2, "fixed", {"H": 16})
+    assert b.summary["merges"] >= 1
+    assert a.summary["arrivals_hash"] == b.summary["arrivals_hash"]
+
+
+@pytest.mark.parametrize(
+    "extra,field,text",
+    [
+        ({"hourly": [1, 2], "trace": "t.jsonl"}, "workload", "not both"),
+        ({"hourly": [0, 0]}, "workload", "positive sum"),
+        ({"hourly": [1, -1]}, "workload", ">= 0"),
+        ({"peak_hour": 24}, "workload.peak_hour", "less than 24"),
+        ({"peak_to_trough": 0.5}, "workload.peak_to_trough", "greater than or equal to 1"),
+        ({"bursts": {"gap_mean_s": 60, "burst_mean_s": 60}}, "workload.bursts", "burst_mean_s"),
+        ({"bursts": {"ratio": 0.5}}, "workload.bursts.ratio", "greater than or equal to 1"),
+        ({"trace": "no_such.csv"}, "workload.trace", "not found"),
+    ],
+)
+def test_diurnal_errors_name_the_field(extra, field, text):
+    with pytest.raises(InputError) as err:
+        parse_workload({"kind": "diurnal", **extra}, "scn.yaml", ".")
+    assert err.value.where == field and text in str(err.value), str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +490,7 @@ def test_single_request_trace_cannot_loop(tmp_path):
 @pytest.mark.parametrize(
     "spec,field,text",
     [
-        ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, closed_loop, loadgen, normal"),
+        ({"kind": "poisson"}, "workload.kind", "known kinds: aperiodic, bursty, closed_loop, diurnal, loadgen, normal"),
         ({"load": 0.5}, "workload.kind", "known kinds"),
         ({"kind": "normal", "lod": 0.5}, "workload.lod", "unknown field"),
         ({"kind": "normal", "period_s": 60}, "workload.period_s", "unknown field"),
