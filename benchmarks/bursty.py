@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-import wadiloco.models.engine.serving as pure_serving
 import wadiloco.sim.build as sim_build
 import wadiloco.sim.engine as sim_engine
 from wadiloco.benchmarks.harness import run_engine
@@ -25,6 +24,8 @@ from wadiloco.models.engine import _fast as core
 from wadiloco.models.spec.load import Scenario, load_scenario, with_overrides
 from wadiloco.models.spec.resolve import resolve
 from wadiloco.sim.fleet import Fleet
+
+pure_serving = core.pure("serving")  # the pure core as the loader gives it (its list heaps)
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"

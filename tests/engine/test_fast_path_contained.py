@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import re
-from importlib import import_module
 from pathlib import Path
 
 import numpy as np
@@ -62,25 +61,23 @@ def test_compiled_sources_import_only_compiled_peers_relatively(src):
 
 
 def test_both_cores_run_the_same_classes():
-    """An engine of either core holds queues, a heap, a pool of the one class of each role (the compiled
-    core: its compiled twin, from the same source)."""
-    kinds = [import_module(_fast.PURE["serving"])]
+    """An engine of either core holds queues and a pool of the one class of each role (the compiled
+    core: its compiled twin, from the same source); its finish heap is KeyHeap compiled and the
+    loader's heapq list heap pure (models/engine/_fast/listheap.py, held to KeyHeap key for key)."""
+    kinds = [_fast.pure("serving")]
     compiled, _ = _fast.compiled_module("serving")
     if compiled is not None:
         kinds.append(compiled)
-    for mod in kinds:
+    heaps = [("ListHeap", "wadiloco.models.engine._fast.listheap"), ("KeyHeap", f"{PACKAGE}.heap")]
+    for mod, heap in zip(kinds, heaps):
         pool = mod.POOL(100, 16)
         st = mod.EngineState(
             np.zeros(1), [5], [3], default_latency(), max_num_seqs=2, max_num_batched_tokens=8, host_s=0.0, kv=pool
         )
-        held = {"waiting": st.waiting, "prefilling": st.prefilling, "fin_heap": st.fin_heap, "kv": st.kv}
+        assert (type(st.fin_heap).__name__, type(st.fin_heap).__module__) == heap
+        held = {"waiting": st.waiting, "prefilling": st.prefilling, "kv": st.kv}
         names = {k: (type(v).__name__, type(v).__module__.rsplit(".", 1)[-1]) for k, v in held.items()}
-        assert names == {
-            "waiting": ("RingFifo", "fifo"),
-            "prefilling": ("RingFifo", "fifo"),
-            "fin_heap": ("KeyHeap", "heap"),
-            "kv": ("KVPool", "kv"),
-        }
+        assert names == {"waiting": ("RingFifo", "fifo"), "prefilling": ("RingFifo", "fifo"), "kv": ("KVPool", "kv")}
         package = type(st).__module__.rsplit(".", 1)[0]
         assert {type(v).__module__.rsplit(".", 1)[0] for v in held.values()} == {package}
         assert package in (PACKAGE, "wadiloco.models.engine")

@@ -148,7 +148,7 @@ class Quadratic(LatencyLaw):
 
 def cores() -> dict:
     """The serving modules of the pure core and, when it is built and current, the compiled one."""
-    out = {"pure": import_module(_fast.PURE["serving"])}
+    out = {"pure": _fast.pure("serving")}
     if _fast.KIND == "compiled":
         out["compiled"] = _fast.serving
     return out
@@ -228,7 +228,7 @@ def test_a_preemption_mode_added_to_the_registry_is_taken_by_name(monkeypatch):
             pre.Recompute.park(self, st, rid, ctx, left)
 
     monkeypatch.setitem(pre.MODES, "counting", Counting)
-    serving = import_module(_fast.PURE["serving"])
+    serving = _fast.pure("serving")
     arr = workload(5, 300)
     runs = {}
     for mode in ("recompute", "counting"):

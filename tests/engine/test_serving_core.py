@@ -9,7 +9,6 @@ workloads, is tests/sim/test_queueing.py.
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections import deque
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 from wadiloco.models.engine import batching
+from wadiloco.models.engine._fast.listheap import ListHeap
 from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.engine.serving import EngineState, delay_to, serve
 
@@ -294,51 +294,12 @@ def _twins(name: str) -> list:
 
     from wadiloco.models.engine import _fast
 
-    mods = [import_module(_fast.PURE[name])]
+    mods = [_fast.pure(name)]
     try:
         mods.append(import_module(f"{_fast.PACKAGE}.{name}"))  # (built by setup.py with the serving core)
     except ImportError:
         pass
     return mods
-
-
-class ListHeap:
-    """The oracle of KeyHeap: a list and the standard library's heapq, under KeyHeap's method names."""
-
-    def __init__(self) -> None:
-        self.a: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.a)
-
-    def __iter__(self):
-        return iter(self.a)
-
-    def push(self, x: int) -> None:
-        heapq.heappush(self.a, x)
-
-    def pop(self) -> int:
-        return heapq.heappop(self.a)
-
-    def top(self) -> int:
-        return self.a[0]
-
-    def pop_due(self, t: int) -> int:
-        return heapq.heappop(self.a) if self.a and self.a[0] >> 32 <= t else -1
-
-    def load(self, keys) -> None:
-        self.a[:] = keys
-
-    def take(self, rid: int) -> int:
-        a = self.a
-        j = next((j for j, x in enumerate(a) if x & 0xFFFFFFFF == rid), None)
-        if j is None:
-            raise ValueError(f"request {rid} is not decoding")
-        x = a[j]
-        a[j] = a[-1]
-        a.pop()
-        heapq.heapify(a)
-        return x
 
 
 class ListFifo(deque):
@@ -364,7 +325,7 @@ class ListFifo(deque):
 @pytest.mark.parametrize("mod", _twins("heap"), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_key_heap_is_the_list_heap_item_for_item(mod):
     """The cores' KeyHeap (models/engine/heap.py, CPython's heapq algorithms on an array; compiled, on C
-    integers) holds every key where a list and heapq (ListHeap) hold it and
+    integers) holds every key where a list and heapq (ListHeap, the pure core's heap) hold it and
     returns the same keys, on random pushes, pops (due or not), removals (preemption's `take`, which
     heapifies) and loads (a tape's copy), with keys shaped as the engine's (due << 32 | rid), past its first growth."""
     from wadiloco.models.engine.heap import MASK

@@ -20,6 +20,7 @@ from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
+from wadiloco.models.engine._fast.listheap import ListHeap
 from wadiloco.models.engine._fast.manifest import COMPILED, PACKAGE, module, sources
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +76,16 @@ def core(name: str) -> ModuleType:
         mod, _ = compiled_module(name)
         if mod is not None:  # (setup.py's extensions are optional: a failed one leaves the pure module)
             return mod
-    return import_module(PURE[name])
+    return pure(name)
+
+
+def pure(name: str) -> ModuleType:
+    """The pure module `name`. The pure serving's finish heaps are heapq on a list (listheap.py): the
+    same sifts as KeyHeap's, done in C where KeyHeap's array sifts would run as Python loops."""
+    mod = import_module(PURE[name])
+    if name == "serving":
+        mod.KeyHeap = ListHeap
+    return mod
 
 
 serving = core("serving")
