@@ -144,6 +144,13 @@ def test_run_out_force_overwrites_only_its_own_result(tmp_path, capsys):
     )
 
 
+def _signals_as_at_a_terminal() -> None:
+    """The child's Ctrl-C and hang-up as a terminal gives them: a suite started in the background
+    (`cmd &` without job control, nohup) passes its children SIGINT and SIGHUP ignored."""
+    for s in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
 def test_a_run_stopped_midway_leaves_no_output_folder(tmp_path, sig):
     """The output folder is made only when the run has something to write, so a run stopped in the
@@ -156,6 +163,7 @@ def test_a_run_stopped_midway_leaves_no_output_folder(tmp_path, sig):
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         cwd=ROOT,
+        preexec_fn=_signals_as_at_a_terminal,
     )
     time.sleep(6)  # past start-up, well inside the simulation
     assert proc.poll() is None, "the run ended before it could be stopped"
