@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from in_process import cli
 
-from wadiloco.experiments.cli import main
 from wadiloco.experiments.studies import vllm_h100 as vh
 from wadiloco.models.engine.physics_fit import coefficients_doc, default_coefficients, load_coefficients
 from wadiloco.models.spec.resolve import from_dict
@@ -20,15 +20,6 @@ from wadiloco.models.spec.resolve import from_dict
 ROOT = Path(__file__).resolve().parents[2]
 PREDICTIONS = ROOT / "docs" / "validation" / "vllm_h100_predictions.json"
 FIGURES = {"e2e_mean_s", "ttft_mean_s", "itl_mean_s", "e2e_p90_s", "e2e_p99_s", "ttft_p90_s", "ttft_p99_s"}
-
-
-def _cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +39,7 @@ def test_the_fit_experiments_in_sample(result):
 
 
 def test_json_prints_every_experiment_and_out_writes_the_rest(capsys, tmp_path):
-    rc, out, err = _cli(capsys, "validate", "vllm-h100", "--json", "--out", tmp_path / "v")
+    rc, out, err = cli(capsys, "validate", "vllm-h100", "--json", "--out", tmp_path / "v")
     assert rc == 0 and not err
     got = json.loads(out)["experiments"]
     assert len(got) == 16 and all(set(v) == FIGURES | {"completed", "failed"} for v in got.values())
@@ -75,7 +66,7 @@ def test_a_coefficients_file_runs_in_a_scenario(tmp_path):
 
 @pytest.mark.slow  # (about 10 simulations of the fit set: the least squares' first Jacobian)
 def test_calibrate_physics_writes_coefficients(capsys, tmp_path):
-    rc, out, err = _cli(capsys, "calibrate", "physics", "--evals", "1", "--out", tmp_path / "c.json")
+    rc, out, err = cli(capsys, "calibrate", "physics", "--evals", "1", "--out", tmp_path / "c.json")
     assert rc == 0 and "in sample" in out
     assert load_coefficients(tmp_path / "c.json") == default_coefficients()  # one evaluation: the start, kept
 
@@ -95,6 +86,6 @@ def test_calibrate_physics_writes_coefficients(capsys, tmp_path):
 def test_bad_input_is_one_line(capsys, tmp_path, argv, needles):
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "no_fit.json").write_text(json.dumps({"experiments": []}))
-    rc, out, err = _cli(capsys, *(a.format(d=tmp_path) for a in argv))
+    rc, out, err = cli(capsys, *(a.format(d=tmp_path) for a in argv))
     assert rc == 2 and not out and len(err.strip().splitlines()) == 1, err
     assert all(n.format(d=tmp_path) in err for n in needles), err

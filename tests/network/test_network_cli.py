@@ -12,23 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import cli
 
-from wadiloco.experiments.cli import main
 from wadiloco.experiments.studies import diloco_measured as dm
 from wadiloco.models.network import collective as co
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "validation" / "network_example"
 PREDICTIONS = ROOT / "docs" / "validation" / "diloco_measured_predictions.json"
-
-
-def _cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse's own usage errors
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +30,14 @@ def result():
 def test_calibrate_network_fits_the_example_measurements_to_the_shipped_law(capsys):
     shaped = [f"{r:g}={g:.6g}" for r, g in ((5e7, 4.9615e7), (2e8, 1.98497e8), (1e9, 9.92647e8), (5e9, 4.963523e9))]
     argv = ["calibrate", "network", "--nccl", EXAMPLE / "nccl.json", "--iperf", "9.53e9", "--ddp", EXAMPLE / "ddp.json"]
-    rc, out, err = _cli(capsys, *argv, *(a for s in shaped for a in ("--shaped", s)), "--json")
+    rc, out, err = cli(capsys, *argv, *(a for s in shaped for a in ("--shaped", s)), "--json")
     assert rc == 0, err
     got = json.loads(out)
     assert got["ranks"] == 4 and got["eta_fitted"] and got["ddp_overlap"] == pytest.approx(0.216, abs=1e-3)
     for name, want in vars(co.DEFAULT).items():
         assert got["params"][name] == pytest.approx(want, rel=5e-3), name
     assert got["scenario"]["fleet.wan_efficiency"]["25"] == pytest.approx(co.link_efficiency("auto", 25), rel=1e-3)
-    rc, out, _ = _cli(capsys, "calibrate", "network", "--nccl", EXAMPLE / "nccl.json")
+    rc, out, _ = cli(capsys, "calibrate", "network", "--nccl", EXAMPLE / "nccl.json")
     assert rc == 0 and "the shipped law (no shaped DDP runs given)" in out and "ring_step_latency_s" in out
 
 
@@ -70,27 +61,25 @@ def test_calibrate_network_refuses_bad_input_in_one_line(tmp_path, capsys):
     runs["runs"][1]["compute_per_step_s"] = -1
     ddp = _write(tmp_path, "ddp.json", json.dumps(runs))
     _one_line_error(
-        *_cli(capsys, "calibrate", "network", "--nccl", nccl, "--ddp", ddp)[::2],
+        *cli(capsys, "calibrate", "network", "--nccl", nccl, "--ddp", ddp)[::2],
         "ddp.json",
         "runs[1].compute_per_step_s",
     )
     iperf = _write(tmp_path, "pair.json", json.dumps({"start": {}}))
-    _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", nccl, "--iperf", iperf)[::2], "pair.json", "end")
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", nccl, "--iperf", iperf)[::2], "pair.json", "end")
     empty = _write(tmp_path, "nccl.txt", "# nothing measured\n")
-    _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", empty, "--ranks", "4")[::2], "nccl.txt")
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", empty, "--ranks", "4")[::2], "nccl.txt")
     curve = _write(tmp_path, "curve.json", json.dumps([{"msg_bytes": 2**20, "bps": "fast"}]))
-    _one_line_error(
-        *_cli(capsys, "calibrate", "network", "--nccl", curve, "--ranks", "4")[::2], "curve.json", "[0].bps"
-    )
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", curve, "--ranks", "4")[::2], "curve.json", "[0].bps")
     small = _write(tmp_path, "small.json", json.dumps({"ranks": 4, "nccl_curve": [{"msg_bytes": 2**20, "bps": 8e9}]}))
-    _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", small)[::2], "small.json", "plateau")
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", small)[::2], "small.json", "plateau")
     _one_line_error(
-        *_cli(capsys, "calibrate", "network", "--nccl", tmp_path / "missing.txt")[::2], "missing.txt", "not found"
+        *cli(capsys, "calibrate", "network", "--nccl", tmp_path / "missing.txt")[::2], "missing.txt", "not found"
     )
-    _one_line_error(*_cli(capsys, "calibrate", "network")[::2], "--nccl")
-    _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", nccl, "--shaped", "5e7")[::2], "--shaped", "RATE=")
-    _one_line_error(*_cli(capsys, "calibrate", "network", "--nccl", nccl, "--iperf", "-3")[::2], "--iperf")
-    _one_line_error(*_cli(capsys, "calibrate", "--nccl", nccl)[::2], "--nccl", "calibrate network")
+    _one_line_error(*cli(capsys, "calibrate", "network")[::2], "--nccl")
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", nccl, "--shaped", "5e7")[::2], "--shaped", "RATE=")
+    _one_line_error(*cli(capsys, "calibrate", "network", "--nccl", nccl, "--iperf", "-3")[::2], "--iperf")
+    _one_line_error(*cli(capsys, "calibrate", "--nccl", nccl)[::2], "--nccl", "calibrate network")
 
 
 def test_a_bad_ddp_file_is_one_line_and_exit_2_across_a_real_process(tmp_path):
@@ -108,7 +97,7 @@ def _table(text: str, header: str) -> list[list[str]]:
 
 
 def test_validate_on_the_fit_set_is_within_ten_percent_in_sample(capsys):
-    rc, out, err = _cli(capsys, "validate", "diloco-measured")
+    rc, out, err = cli(capsys, "validate", "diloco-measured")
     assert rc == 0, err
     rows = _table(out, "Fit set, in sample")
     runs = {r[0] for r in rows}
@@ -119,7 +108,7 @@ def test_validate_on_the_fit_set_is_within_ten_percent_in_sample(capsys):
 
 
 def test_validate_json_is_the_committed_predictions(capsys):
-    rc, out, err = _cli(capsys, "validate", "diloco-measured", "--json")
+    rc, out, err = cli(capsys, "validate", "diloco-measured", "--json")
     assert rc == 0, err
     got = json.loads(out)
     assert got == json.loads(PREDICTIONS.read_text()), "regenerate docs/validation/diloco_measured_predictions.json"
@@ -184,11 +173,11 @@ def test_validate_refuses_a_bad_data_file_in_one_line(tmp_path, capsys, edit, fi
     data = json.loads(dm.DATA.read_text())
     edit(data)
     path = _write(tmp_path, "runs.json", json.dumps(data))
-    rc, _, err = _cli(capsys, "validate", "diloco-measured", "--data", path)
+    rc, _, err = cli(capsys, "validate", "diloco-measured", "--data", path)
     _one_line_error(rc, err, "runs.json", field + ":")
 
 
 def test_validate_refuses_a_file_that_is_not_json(tmp_path, capsys):
-    rc, _, err = _cli(capsys, "validate", "diloco-measured", "--data", _write(tmp_path, "runs.json", "{oops"))
+    rc, _, err = cli(capsys, "validate", "diloco-measured", "--data", _write(tmp_path, "runs.json", "{oops"))
     _one_line_error(rc, err, "runs.json", "not valid JSON")
     assert re.search(r"runs\.json", err)
