@@ -94,17 +94,23 @@ class RemoteKV(NoExtra):
         if not hs:
             return 0, None, 0
         own = self.sidecars[s].core.px.lookup(hs)
-        per_host, per_island = self.per_host, self.per_island
-        near = sorted(
-            (q for q in range(len(self.sidecars)) if q != s),
-            key=lambda q: (q // per_host != s // per_host, q // per_island != s // per_island, q),
-        )
         best, peer = own, None
-        for q in near:
+        for q in self._near(s):
             k = self.sidecars[q].core.px.lookup(hs)
             if k > best:
                 best, peer = k, q
         return own, peer, best
+
+    def _near(self, s: int):
+        """The other sidecars, nearest first: on s's host, then on its island, then the rest, each by
+        index (as sorting by (other host, other island, index) orders them)."""
+        h0, i0 = s - s % self.per_host, s - s % self.per_island
+        h1, i1 = h0 + self.per_host, i0 + self.per_island
+        yield from (q for q in range(h0, h1) if q != s)
+        yield from range(i0, h0)
+        yield from range(h1, i1)
+        yield from range(0, i0)
+        yield from range(i1, len(self.sidecars))
 
     def _fetch(self, s: int, i: int, peer: int, got: int, have: int, hs):
         nbytes = float(got - have) * self.bytes_per_token

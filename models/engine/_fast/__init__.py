@@ -83,4 +83,5 @@ def _twin(name: str) -> ModuleType:
 
 
 PURE = {mod[1:-2]: src.replace("/", ".") for mod, src, _ in COMPILED}  # "fairshare": "network.fairshare", ...
-fair_share = _twin("fairshare").fair_share  # every shared resource's re-allocation (sim.fabric)
+fabric_core = _twin("fairshare")  # links, jobs and every shared resource's re-allocation (sim.fabric)
+fair_share = fabric_core.fair_share
