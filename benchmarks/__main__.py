@@ -19,7 +19,7 @@ Reports, for scenarios/bursty.yaml with the scenario's own policy:
                           core_import_s what a fresh process pays to import it (`--pure`: pure only);
 plus wall time, simulated seconds, SimPy events processed and events/s, engine iterations, and the
 largest disagreement in per-request times between the modes and the reference (a sanity check;
-tests/test_queueing.py asserts it). One process, one thread: these measure one core.
+tests/sim/test_queueing.py asserts it). One process, one thread: these measure one core.
 
 Then (benchmarks/sweep_speed.py, benchmarks/memory.py; `--skip-sweep`, `--skip-memory` leave them out):
   sweep_runs_per_min_1w/_2w  experiments/smoke.yaml through experiments.sweep.execute_plan on 1 and
@@ -64,7 +64,7 @@ import sys
 import time
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m wadiloco.benchmarks", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument(
@@ -85,21 +85,40 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the pure-Python serving core only ($WADILOCO_PURE=1; models/engine/_fast/)",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     runs = args.runs if args.runs is not None else (3 if args.quick else 5)
     if runs < 3:
         ap.error("--runs must be >= 3 (figures are medians of at least 3 runs)")
-    horizon = 240.0 if args.quick else None
     if args.pure:
         os.environ["WADILOCO_PURE"] = "1"  # before the first import of models.engine._fast
-
-    import simpy
-
-    from wadiloco.benchmarks.bursty import run_all
-
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    out = run_all(runs, horizon, args.seed)
+    out = measure(args, runs)
+    out["meta"] = meta(args, runs, load0, t0)
+    if args.json:
+        json.dump(out, sys.stdout, indent=2, default=float)
+        sys.stdout.write("\n")
+        return 0
+    lines = engine_lines(out, runs) + sweep_lines(out)
+    if "setup" in out:
+        lines += setup_lines(out)
+    lines += trace_lines(out)
+    if "share" in out:
+        lines += share_lines(out)
+    print("\n".join(lines))
+    return 0
+
+
+def measure(args, runs: int) -> dict:
+    """Every figure the flags ask for (module docstring)."""
+    from wadiloco.benchmarks.bursty import run_all
+
+    out = run_all(runs, 240.0 if args.quick else None, args.seed)
     other_runs = 3 if args.runs is None else runs  # slow figures: 3 runs unless told otherwise
     if not args.skip_sweep:
         from wadiloco.benchmarks.sweep_speed import paper_estimate, run_sweep_benchmarks
@@ -125,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         from wadiloco.benchmarks.traces import run_trace_benchmark
 
         out.update(run_trace_benchmark(runs))
-    out["meta"] = {
+    return out
+
+
+def meta(args, runs: int, load0: float | None, t0: float) -> dict:
+    """How the figures were taken: repetitions, interpreter, machine and its load."""
+    import simpy
+
+    return {
         "runs": runs,
         "quick": args.quick,
         "statistic": "median",
@@ -137,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "benchmark_wall_s": time.perf_counter() - t0,
     }
-    if args.json:
-        json.dump(out, sys.stdout, indent=2, default=float)
-        sys.stdout.write("\n")
-        return 0
+
+
+def engine_lines(out: dict, runs: int) -> list[str]:
+    """The one-core figures: bursty.yaml fast-forward and per-iteration, the heapq reference, the cores."""
     b, h, it = out["bursty"], out["heapq"], out["bursty"]["per_iteration"]
     lines = [
         f"scenarios/bursty.yaml  policy={b['policy']} {b['policy_params']}  horizon {b['horizon_s']:g} s "
@@ -172,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             f"   _kv_pure {out['realtime_factor_bursty_kv_pure']:.0f}   compiled_speedup "
             f"{out['compiled_speedup']:.2f} (KV {out['compiled_speedup_kv']:.2f})"
         )
+    return lines
+
+
+def sweep_lines(out: dict) -> list[str]:
+    """The sweep, Dask, paper-estimate and memory figures that ran."""
+    lines = []
     if "sweep" in out:
         sw = out["sweep"]
         lines += [
@@ -207,19 +239,17 @@ def main(argv: list[str] | None = None) -> int:
             f"peak_rss_mb_1h_64sidecars {out['peak_rss_mb_1h_64sidecars']:.0f}  (wall {m['wall_s']:.1f} s, "
             f"real-time x{m['realtime_factor']:.0f})"
         )
-    if "setup" in out:
-        lines += setup_lines(out)
-    for name, t in out.get("traces", {}).items():
-        lines.append(
-            f"trace {name}: {t['skipped']}"
-            if "skipped" in t
-            else f"trace {name}: {t['file']} ({t['file_mb']:.1f} MiB, {t['rows']} rows) parsed in {t['wall_s']:.3f} s, "
-            f"{t['rows_per_s'] / 1e3:.0f}k rows/s: trace_load_s_{name} {t['wall_s']:.3f}"
-        )
-    if "share" in out:
-        lines += share_lines(out)
-    print("\n".join(lines))
-    return 0
+    return lines
+
+
+def trace_lines(out: dict) -> list[str]:
+    return [
+        f"trace {name}: {t['skipped']}"
+        if "skipped" in t
+        else f"trace {name}: {t['file']} ({t['file_mb']:.1f} MiB, {t['rows']} rows) parsed in {t['wall_s']:.3f} s, "
+        f"{t['rows_per_s'] / 1e3:.0f}k rows/s: trace_load_s_{name} {t['wall_s']:.3f}"
+        for name, t in out.get("traces", {}).items()
+    ]
 
 
 def share_lines(out: dict) -> list[str]:

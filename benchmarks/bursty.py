@@ -28,7 +28,7 @@ from wadiloco.sim.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 BURSTY = ROOT / "scenarios" / "bursty.yaml"
-# The engine-fidelity variants timed beside the plain run (issue 14): a KV pool that runs short in
+# The engine-fidelity variants timed beside the plain run: a KV pool that runs short in
 # the bursts (preemption) with prefix caching on (half the requests share one of 4 system prompts of
 # 1,024 tokens; a cache of 32 blocks of 512 tokens, reserved out of the pool), and a router that
 # hands over every arrival.
@@ -62,7 +62,7 @@ def event_mark(env):
 
 
 def use_core(mod) -> None:
-    """Run the engines on serving module `mod` (models.engine._fast.serving, or the pure models.engine.serving)."""
+    """Run the engines on serving module `mod` (the compiled core's, or the pure models.engine.serving)."""
     sim_engine.EngineState, sim_engine.serve, sim_build.KVPool = mod.EngineState, mod.serve, mod.POOL
     sim_build.PrefixCache = mod.CACHE
 
@@ -108,7 +108,7 @@ def fleet_benchmark(sc: Scenario, runs: int, seed: int = 0) -> dict:
         if both:
             ff_pure.append(time_fleet(ff_sc, seed, pure_serving))
             kv_pure.append(time_fleet(kv_sc, seed, pure_serving))
-    # the two modes must agree (tests/test_queueing.py checks this to 1e-9 s on shorter windows)
+    # the two modes must agree (tests/sim/test_queueing.py checks this to 1e-9 s on shorter windows)
     diff = max_time_diff(ff[0]["result"].requests, it[0]["result"].requests)
 
     def summary(rs):

@@ -1,4 +1,4 @@
-"""Fingerprints of many short runs, to show a speed change changed no result (issue 16).
+"""Fingerprints of many short runs, to show a speed change changed no result.
 
 A fingerprint is a sha256 of a run's request table, timeline and summary (without its wall time),
 byte for byte. The grid: every shipped scenario x 5 engine variants x 6 policies x seeds 0, 1 x

@@ -7,16 +7,17 @@ It serves two purposes:
 * the **baseline** of `python -m wadiloco.benchmarks`: `heapq_ratio` is the engine's time over this
   loop's time on the same arrivals and latency model.
 
-The model (SPEC.md section 2, vLLM v1 scheduling order), one iteration at a time:
+The model (docs/model.md, vLLM v1 scheduling order), one iteration at a time:
 
 1. At the start of an iteration every request that has arrived (t <= now) is waiting.
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request.
 3. Requests already prefilling get the next chunk of their prompt (admission order) while budget
    is left; then waiting requests are admitted FCFS while budget is left and fewer than
    `max_num_seqs` requests are running (decoding or prefilling). Admission time = now.
-4. The GPU part is g = a + b*prefill_tokens + c*sum(context of decoding requests) + d*batch
-   (+ e*causal attention pairs of the chunks, each over its prompt's computed tokens),
-   batch = decoding requests + requests with a chunk; the host part is
+4. The GPU part is the latency law's step time (models.engine.laws `step_time`: for the linear law
+   g = a + b*prefill_tokens + c*sum(context of decoding requests) + d*batch, batch = decoding
+   requests + requests with a chunk; the chunks' causal attention pairs, each over its prompt's
+   computed tokens, and those tokens, for a law that reads them), never a closed form; the host part is
    h = host_s + h1*batch + h2*(decode tokens + prefill tokens), the frontend part
    f = fq*(requests admitted in it) + ft*(output tokens it produces); with no contention the
    iteration takes max(h, f, g), or h + f + g for a `sequential` engine (vLLM V0 order).
@@ -43,7 +44,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wadiloco.models.engine.laws import law_of
+
 ARRIVAL, KICK, ITER_END = 0, 1, 2  # tie order at equal times
+NEEDED = {"max_num_seqs", "max_num_batched_tokens", "host_s"}  # serve's keyword arguments
+OPTIONS = {"check", "sequential", "h1", "h2", "fq", "ft"}
 
 
 @dataclass
@@ -55,148 +60,142 @@ class ReferenceResult:
     events: int  # heap events processed
 
 
-def serve(
-    t,
-    prompt,
-    output,
-    lat,
-    *,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    host_s: float,
-    until: float = float("inf"),
-    check: bool = False,
-    sequential: bool = False,
-    h1: float = 0.0,
-    h2: float = 0.0,
-    fq: float = 0.0,
-    ft: float = 0.0,
-) -> ReferenceResult:
-    """Serve requests (arrival times `t`, sorted; token counts `prompt`, `output` >= 1) on one
-    sidecar with latency model `lat` (fields a, b, c, d). Like simpy's run(until=...), nothing at or
-    after `until` happens; requests not done by then keep NaN times."""
-    a, b, c, d, e = float(lat.a), float(lat.b), float(lat.c), float(lat.d), float(getattr(lat, "e", 0.0))
-    h = float(host_s)
-    t = np.asarray(t, dtype=float).tolist()
-    prompt = [int(x) for x in np.asarray(prompt).tolist()]
-    output = [int(x) for x in np.asarray(output).tolist()]
-    n = len(t)
-    if any(t[i] > t[i + 1] for i in range(n - 1)):
-        raise ValueError("arrival times must be sorted")
-    nan = float("nan")
-    admitted = [nan] * n
-    first_token = [nan] * n
-    finish = [nan] * n
+class Reference:
+    """The loop's state: the queues, the running sums, the iteration in flight and the event heap."""
 
-    waiting: deque[int] = deque()
-    prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
-    done_tokens: dict[int, int] = {}  # prompt tokens computed so far, per prefilling request
-    decoders: set[int] = set()  # check=True only: who is decoding ...
-    dec_since: dict[int, int] = {}  # ... and the iteration count when each began
-    n_dec = 0
-    sum_ctx = 0
-    diter = 0  # iterations completed
-    fin: list[tuple[int, int]] = []  # (iteration after which the request is done, rid)
-    busy = False
-    iterations = 0
-    events = 0
-    # the iteration in flight
-    cur_chunks: list[tuple[int, int]] = []
+    def __init__(self, t, prompt, output, law, kw: dict) -> None:
+        self.law, self.h = law, float(kw["host_s"])
+        self.max_seqs, self.budget = kw["max_num_seqs"], kw["max_num_batched_tokens"]
+        self.check, self.sequential = kw.get("check", False), kw.get("sequential", False)
+        self.h1, self.h2, self.fq, self.ft = (kw.get(k, 0.0) for k in ("h1", "h2", "fq", "ft"))
+        self.t = np.asarray(t, dtype=float).tolist()
+        self.prompt = [int(x) for x in np.asarray(prompt).tolist()]
+        self.output = [int(x) for x in np.asarray(output).tolist()]
+        n = self.n = len(self.t)
+        if any(self.t[i] > self.t[i + 1] for i in range(n - 1)):
+            raise ValueError("arrival times must be sorted")
+        nan = float("nan")
+        self.admitted, self.first_token, self.finish = [nan] * n, [nan] * n, [nan] * n
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []  # admitted, prompt not fully computed, in admission order
+        self.done_tokens: dict[int, int] = {}  # prompt tokens computed so far, per prefilling request
+        self.decoders: set[int] = set()  # check=True only: who is decoding ...
+        self.dec_since: dict[int, int] = {}  # ... and the iteration count when each began
+        self.n_dec = self.sum_ctx = self.diter = 0  # diter: iterations completed
+        self.fin: list[tuple[int, int]] = []  # (iteration after which the request is done, rid)
+        self.busy = False
+        self.iterations = self.events = 0
+        self.chunks: list[tuple[int, int]] = []  # the iteration in flight's (request, tokens)
+        self.heap: list[tuple[float, int, int]] = [(self.t[0], ARRIVAL, 0)] if n else []  # (time, kind, payload)
 
-    heap: list[tuple[float, int, int]] = []  # (time, kind, payload)
-    if n:
-        heap.append((t[0], ARRIVAL, 0))
-    push, pop = heapq.heappush, heapq.heappop
-
-    def start_iteration(now: float) -> None:
-        nonlocal busy, cur_chunks, iterations
-        budget = max_num_batched_tokens - n_dec
+    def admit(self, now: float) -> list[tuple[int, int]]:
+        """Rules 2 and 3: the chunks of the iteration starting at `now`."""
+        budget = self.budget - self.n_dec
         chunks = []
-        for rid in prefilling:
+        for rid in self.prefilling:
             if budget <= 0:
                 break
-            take = min(prompt[rid] - done_tokens[rid], budget)
+            take = min(self.prompt[rid] - self.done_tokens[rid], budget)
             chunks.append((rid, take))
             budget -= take
-        while waiting and budget > 0 and n_dec + len(prefilling) < max_num_seqs:
-            rid = waiting.popleft()
-            admitted[rid] = now
-            prefilling.append(rid)
-            done_tokens[rid] = 0
-            take = min(prompt[rid], budget)
+        while self.waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
+            rid = self.waiting.popleft()
+            self.admitted[rid] = now
+            self.prefilling.append(rid)
+            self.done_tokens[rid] = 0
+            take = min(self.prompt[rid], budget)
             chunks.append((rid, take))
             budget -= take
-        pf = new = completing = pairs = 0
+        return chunks
+
+    def start_iteration(self, now: float) -> None:
+        """Rule 4: the iteration's GPU, host and frontend work, and its end on the heap."""
+        chunks = self.admit(now)
+        pf = new = completing = pairs = past = 0
         for rid, take in chunks:
-            pf += take
-            pairs += take * done_tokens[rid] + take * (take + 1) // 2
-            new += done_tokens[rid] == 0
-            completing += done_tokens[rid] + take >= prompt[rid]
-        if check:
-            ctx = sum(prompt[r] + 1 + (diter - dec_since[r]) for r in decoders)
-            assert ctx == sum_ctx and len(decoders) == n_dec, (ctx, sum_ctx, len(decoders), n_dec)
-        g = a + b * pf + c * sum_ctx + d * (n_dec + len(chunks))
-        if e:
-            g += e * pairs
-        hi = h + h1 * (n_dec + len(chunks)) + h2 * (n_dec + pf)
-        f = fq * new + ft * (n_dec + completing)
-        cur_chunks = chunks
-        busy = True
-        iterations += 1
-        push(heap, (now + (hi + f + g if sequential else max(hi, f, g)), ITER_END, 0))
+            got = self.done_tokens[rid]
+            pf, past = pf + take, past + got
+            pairs += take * got + take * (take + 1) // 2
+            new += got == 0
+            completing += got + take >= self.prompt[rid]
+        n_dec, m = self.n_dec, len(chunks)
+        if self.check:
+            ctx = sum(self.prompt[r] + 1 + (self.diter - self.dec_since[r]) for r in self.decoders)
+            assert ctx == self.sum_ctx and len(self.decoders) == n_dec, (ctx, self.sum_ctx, len(self.decoders), n_dec)
+        g = self.law.step_time(pf, m, pairs, past, n_dec, self.sum_ctx)
+        hi = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
+        f = self.fq * new + self.ft * (n_dec + completing)
+        self.chunks, self.busy = chunks, True
+        self.iterations += 1
+        heapq.heappush(self.heap, (now + (hi + f + g if self.sequential else max(hi, f, g)), ITER_END, 0))
 
-    while heap:
-        now, kind, rid = pop(heap)
-        if now >= until:  # like simpy run(until=...): nothing at or after `until`
-            break
-        events += 1
-        if kind == ARRIVAL:
-            waiting.append(rid)
-            if rid + 1 < n:
-                push(heap, (t[rid + 1], ARRIVAL, rid + 1))
-            if not busy:
-                busy = True  # claimed: start once every arrival at this instant is in
-                push(heap, (now, KICK, 0))
-            continue
-        if kind == ITER_END:
-            # decode step for every decoder
-            diter += 1
-            sum_ctx += n_dec
-            # prefill chunks
-            for r, take in cur_chunks:
-                got = done_tokens[r] + take
-                if got < prompt[r]:
-                    done_tokens[r] = got
-                    continue
-                del done_tokens[r]
-                prefilling.remove(r)
-                first_token[r] = now
-                if output[r] <= 1:
-                    finish[r] = now
-                    continue
-                n_dec += 1
-                sum_ctx += prompt[r] + 1
-                push(fin, (diter + output[r] - 1, r))
-                if check:
-                    decoders.add(r)
-                    dec_since[r] = diter
-            # completions
-            while fin and fin[0][0] <= diter:
-                _, r = pop(fin)
-                finish[r] = now
-                n_dec -= 1
-                sum_ctx -= prompt[r] + output[r]
-                if check:
-                    decoders.discard(r)
-                    assert prompt[r] + 1 + (diter - dec_since.pop(r)) == prompt[r] + output[r]
-            cur_chunks = []
-        # ITER_END or KICK: run the next iteration if there is work
-        if n_dec or prefilling or waiting:
-            start_iteration(now)
-        else:
-            busy = False
+    def end_iteration(self, now: float) -> None:
+        """Rule 5: every decoder's token, the chunks' first tokens, the completions."""
+        self.diter += 1
+        self.sum_ctx += self.n_dec
+        for r, take in self.chunks:
+            got = self.done_tokens[r] + take
+            if got < self.prompt[r]:
+                self.done_tokens[r] = got
+                continue
+            del self.done_tokens[r]
+            self.prefilling.remove(r)
+            self.first_token[r] = now
+            if self.output[r] <= 1:
+                self.finish[r] = now
+                continue
+            self.n_dec += 1
+            self.sum_ctx += self.prompt[r] + 1
+            heapq.heappush(self.fin, (self.diter + self.output[r] - 1, r))
+            if self.check:
+                self.decoders.add(r)
+                self.dec_since[r] = self.diter
+        while self.fin and self.fin[0][0] <= self.diter:
+            _, r = heapq.heappop(self.fin)
+            self.finish[r] = now
+            self.n_dec -= 1
+            self.sum_ctx -= self.prompt[r] + self.output[r]
+            if self.check:
+                self.decoders.discard(r)
+                assert self.prompt[r] + 1 + (self.diter - self.dec_since.pop(r)) == self.prompt[r] + self.output[r]
+        self.chunks = []
 
-    return ReferenceResult(np.asarray(admitted), np.asarray(first_token), np.asarray(finish), iterations, events)
+    def run(self, until: float) -> ReferenceResult:
+        heap = self.heap
+        while heap:
+            now, kind, rid = heapq.heappop(heap)
+            if now >= until:  # like simpy run(until=...): nothing at or after `until`
+                break
+            self.events += 1
+            if kind == ARRIVAL:
+                self.waiting.append(rid)
+                if rid + 1 < self.n:
+                    heapq.heappush(heap, (self.t[rid + 1], ARRIVAL, rid + 1))
+                if not self.busy:
+                    self.busy = True  # claimed: start once every arrival at this instant is in
+                    heapq.heappush(heap, (now, KICK, 0))
+                continue
+            if kind == ITER_END:
+                self.end_iteration(now)
+            # ITER_END or KICK: run the next iteration if there is work
+            if self.n_dec or self.prefilling or self.waiting:
+                self.start_iteration(now)
+            else:
+                self.busy = False
+        arrays = (np.asarray(x) for x in (self.admitted, self.first_token, self.finish))
+        return ReferenceResult(*arrays, self.iterations, self.events)
+
+
+def serve(t, prompt, output, lat, *, until: float = float("inf"), **kw) -> ReferenceResult:
+    """Serve requests (arrival times `t`, sorted; token counts `prompt`, `output` >= 1) on one
+    sidecar with latency law `lat` (models.engine.laws, or a fitted model: its law), stepping one
+    iteration at a time whatever the law. `kw`: max_num_seqs, max_num_batched_tokens, host_s (required);
+    check, sequential, h1, h2, fq, ft. Like simpy's run(until=...), nothing at or after `until`
+    happens; requests not done by then keep NaN times."""
+    missing, unknown = NEEDED - set(kw), set(kw) - NEEDED - OPTIONS
+    if missing or unknown:
+        raise TypeError(f"serve(): missing keyword arguments {sorted(missing)}, unknown {sorted(unknown)}")
+    return Reference(t, prompt, output, law_of(lat), kw).run(until)
 
 
 def serve_arrivals(arrivals, lat, **kw) -> ReferenceResult:

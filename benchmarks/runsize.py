@@ -3,7 +3,7 @@ the run's own counters, and the estimated seconds (events x 10 us) next to the C
 
     python -m wadiloco.benchmarks.runsize [--json]
 
-This is how the costs per item in models/spec/runsize.py were set (tests/test_runsize.py holds the
+This is how the costs per item in models/spec/runsize.py were set (tests/spec/test_runsize.py holds the
 counts to 0.8-1.25x of the runs'); the seconds are meant to err high, since the estimate's job is to
 refuse runs of hours, not to predict seconds.
 """

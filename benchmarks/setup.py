@@ -1,4 +1,4 @@
-"""Per-run set-up: what one run pays outside the engine loop (issue 16 item 4), and its SimPy events.
+"""Per-run set-up: what one run pays outside the engine loop, and its SimPy events.
 
 One run, as a sweep worker does it (experiments.sweep.worker.execute_task), split in parts:
   resolve_s    models.spec.load.resolve: the policy and workload resolved against the scenario;

@@ -1,4 +1,4 @@
-"""What sharing work across the runs of a seed saves (issue 16 item 3: models.engine.tape, experiments.runner).
+"""What sharing work across the runs of a seed saves (models.engine.tape, experiments.runner).
 
 For each regime: the matched-random draws of one seed against wa_diloco's merge budget, each run
 with the seed's no_sync tapes and without, interleaved (A B A B ...), CPU time of the run itself

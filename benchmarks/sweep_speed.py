@@ -165,6 +165,25 @@ def run_sweep_benchmarks(runs: int, quick: bool = False, dask: bool = True) -> d
 PAPER = ROOT / "experiments" / "paper.yaml"
 
 
+def _regime_runs(reg, plugins) -> tuple[float, float]:
+    """Wall seconds of one seed-0 wa_diloco run of a regime and of one matched_random draw of it, as a
+    sweep worker runs them (experiments.sweep.worker.execute_task)."""
+    from wadiloco.experiments.sweep.worker import execute_task
+
+    base = {"scenario": reg.scenario, "seed": 0, "draw": 0, "baseline": None, "keep_e2e": False}
+    base.update(timeline=False, plugins=plugins)
+    a = execute_task({**base, "policy": "wa_diloco", "params": {}, "reference": None})
+    if a["status"] != "ok":
+        raise RuntimeError(f"paper estimate: {reg.name} wa_diloco failed: {a['error']}")
+    ref = {"merges": int(a["summary"]["merges"]), "steps": int(a["summary"]["inner_steps"])}
+    b = execute_task(
+        {**base, "policy": "matched_random", "params": {"reference": "wa_diloco"}, "draw": 1, "reference": ref}
+    )
+    if b["status"] != "ok":
+        raise RuntimeError(f"paper estimate: {reg.name} matched_random failed: {b['error']}")
+    return a["wall_s"], b["wall_s"]
+
+
 def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict | None:
     """Minutes experiments/paper.yaml would take on 2 local workers, from measured run costs.
 
@@ -180,33 +199,15 @@ def paper_estimate(runs: int, local_1w_rpm: float, local_2w_rpm: float) -> dict 
     if not PAPER.exists():
         return None
     from wadiloco.experiments.sweep import load_sweep
-    from wadiloco.experiments.sweep.worker import execute_task
 
     plan = load_sweep(PAPER)
     tasks = plan.tasks()
     per: dict[str, dict[str, list[float]]] = {r.name: {"policy": [], "matched": []} for r in plan.regimes}
     for _ in range(runs):
         for reg in plan.regimes:
-            base = {
-                "scenario": reg.scenario,
-                "seed": 0,
-                "draw": 0,
-                "baseline": None,
-                "keep_e2e": False,
-                "timeline": False,
-                "plugins": plan.plugins,
-            }
-            a = execute_task({**base, "policy": "wa_diloco", "params": {}, "reference": None})
-            if a["status"] != "ok":
-                raise RuntimeError(f"paper estimate: {reg.name} wa_diloco failed: {a['error']}")
-            ref = {"merges": int(a["summary"]["merges"]), "steps": int(a["summary"]["inner_steps"])}
-            b = execute_task(
-                {**base, "policy": "matched_random", "params": {"reference": "wa_diloco"}, "draw": 1, "reference": ref}
-            )
-            if b["status"] != "ok":
-                raise RuntimeError(f"paper estimate: {reg.name} matched_random failed: {b['error']}")
-            per[reg.name]["policy"].append(a["wall_s"])
-            per[reg.name]["matched"].append(b["wall_s"])
+            a, b = _regime_runs(reg, plan.plugins)
+            per[reg.name]["policy"].append(a)
+            per[reg.name]["matched"].append(b)
     cost = {r: {k: median(v) for k, v in d.items()} for r, d in per.items()}
     total = 0.0
     counts: dict[str, int] = {}

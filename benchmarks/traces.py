@@ -6,7 +6,7 @@
 plus rows per second and file size per trace under "traces". The files are found where
 scenarios/azure_conv.yaml and scenarios/mooncake_synthetic.yaml point (../shared next to the checkout),
 else under $WADILOCO_SHARED/traces; a missing one is reported as skipped, with its path.
-This used to be a test asserting < 0.3 s (tests/test_traces.py), which failed on a loaded machine:
+This used to be a test asserting < 0.3 s (tests/workload/test_traces.py), which failed on a loaded machine:
 speed is measured here and never asserted.
 """
 

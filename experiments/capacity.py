@@ -4,10 +4,14 @@ For each seed, bisection over `workload.load` (utilisation of a sidecar's capaci
 largest load whose SLO attainment (share of requests meeting the SLO) still reaches the target.
 Every evaluation on a seed uses the same RNG streams (common random numbers): only the load
 changes between bisection steps, so the search compares like with like. The per-seed answers
-give a mean and a bootstrap CI; the same search without merges (`no_sync`) gives the capacity
-the fleet would have if it did not train, and the difference is what training costs.
+give a mean and a bootstrap CI. Three searches on the same seeds say what training costs: the fleet
+with training off (`training.enabled: false`: a real run in which no island steps, so nothing of
+training is on any GPU, host or link), training without merges (`no_sync`) and training with the
+policy. Inner steps cost the first difference, merges the second; both are shares of the capacity
+without training, so they add up to the total (`capacity_cost` keeps the merges' cost over the
+capacity no_sync leaves).
 
-That difference means something only if merges happened: every search records how many merges
+The merges' cost means something only if merges happened: every search records how many merges
 the run at its answer load made, and the result says (`merge_warning`) when a policy's runs had
 none, or fewer than `MIN_MERGES` (e.g. a horizon shorter than the policy's interval).
 
@@ -21,9 +25,9 @@ loads it visited and says when it does not (`monotone_warning`).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from itertools import product
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,10 +51,24 @@ class SearchSpec:
         return max(0, math.ceil(math.log2((self.hi - self.lo) / self.tol))) if self.tol < self.hi - self.lo else 0
 
 
-def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1) -> None:
-    """Refuse, before any run, a search that cannot end in reasonable time: too fine a --tol, too
-    many runs in all, or a single run (at the top load of the bracket) over the limits."""
+def check_search(
+    sc: Scenario, policy: str, seeds: int, spec: SearchSpec, workers: int = 1, params: dict | None = None
+) -> None:
+    """Refuse, before any run, a search that cannot be made or cannot end in reasonable time: a
+    workload without a load to search, too fine a --tol, too many runs in all, or a run (at the top
+    load of the bracket) that would fail to build, its policy not fitting, or over the limits."""
     from wadiloco.models.spec.limits import check_count, check_run
+    from wadiloco.models.spec.resolve import resolve
+    from wadiloco.models.workload.kinds import WORKLOADS
+
+    kind = WORKLOADS.get(str(sc.workload.get("kind")))
+    if kind is not None and "load" not in kind.params.model_fields:
+        raise InputError(
+            sc.source,
+            "workload.kind",
+            f"a capacity search varies workload.load, and a {kind.name} workload has none (its clients set how "
+            "much they send); use an open-loop workload kind",
+        )
 
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
@@ -65,22 +83,39 @@ def check_search(sc: Scenario, policy: str, seeds: int, spec: SearchSpec, worker
             f"{spec.tol:g} needs {n} bisection steps per seed, more than {MAX_BISECTIONS}; "
             f"use --tol {smallest:.2g} or more",
         )
-    arms = 1 if policy == "no_sync" else 2
-    check_count("runs", seeds * arms * (2 + n), "<command line>", "--seeds", "runs this search needs")
+    check_count("runs", seeds * arms(policy) * (2 + n), "<command line>", "--seeds", "runs this search needs")
     check_count("workers", workers, "<command line>", "--workers", "worker processes")
-    top = {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
-    check_run(with_overrides(sc, top), prefix="at the top of the load bracket: ")
+    top = with_overrides(
+        sc, {"workload.load": float(spec.hi), **({"horizon_s": spec.horizon_s} if spec.horizon_s else {})}
+    )
+    check_run(top, prefix="at the top of the load bracket: ")
+    resolve(
+        top, policy, params, file=sc.source
+    )  # what each run's resolution would refuse (a profile's fit, the policy)
+
+
+class Merges(NamedTuple):
+    """A run's merges: how many finished, and their mean length (s; NaN without one)."""
+
+    n: int
+    mean_s: float
 
 
 def attainment_at(
     sc: Scenario, load: float, seed: int, policy: str, params: dict | None, fleet_kw: dict | None = None
-) -> tuple[float, float, int]:
-    """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`."""
+) -> tuple[float, float, Merges]:
+    """(attainment, capacity_rps_per_sidecar, merges) of one run at `load`; a merge still running at
+    the end (unfinished) counts: it pressed on serving all the same."""
     from wadiloco.experiments.runner import run_one
 
     res = run_one(with_overrides(sc, {"workload.load": float(load)}), seed, policy, params, **(fleet_kw or {}))
     s = res.summary
-    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), int(s["merges"])
+    if s["slo_violation_rate"] is None:  # no request arrived: no attainment to compare with the target
+        why = f"a run at load {load:g} (seed {seed}) had no requests, so it says nothing about the SLO"
+        raise InputError(sc.source, "horizon_s", f"{why}; lengthen the horizon (--horizon)")
+    n = int(s["merges"]) + int(s["merges_unfinished"])
+    merges = Merges(n, float(s.get("merge_duration_mean_s") or math.nan) if s["merges"] else math.nan)
+    return 1.0 - s["slo_violation_rate"], float(s["capacity_rps_per_sidecar"] or float("nan")), merges
 
 
 def search_seed(
@@ -126,7 +161,7 @@ def search_seed(
 
 
 def _found(
-    seed: int, cap: float, visited: list, load: float, m: int, bracket: list[float], note: str = "", target=None
+    seed: int, cap: float, visited: list, load: float, m: Merges | int, bracket: list, note: str = "", target=None
 ):
     """One seed's answer, with whether attainment fell with load on the points visited (`monotone`),
     and whether a rise straddles the target (`misordered`: a load that missed it below one that met
@@ -139,7 +174,9 @@ def _found(
         (l0, a0), (l1, a1) = rises[0]
         note = "; ".join(n for n in (note, f"attainment rose with load ({a0:.4f} at {l0:g}, {a1:.4f} at {l1:g})") if n)
     rec = {"seed": seed, "max_load": load, "max_rate": load * cap, "max_rate_high": bracket[1] * cap}
-    rec.update(capacity_rps=cap, merges=m, evals=len(visited), bracket=bracket, visited=[list(p) for p in pts])
+    n, merge_s = (m.n, m.mean_s) if isinstance(m, Merges) else (int(m), math.nan)
+    rec.update(capacity_rps=cap, merges=n, merge_s=merge_s, evals=len(visited), bracket=bracket)
+    rec["visited"] = [list(p) for p in pts]
     return {**rec, "monotone": not rises, "misordered": misordered, "note": note}
 
 
@@ -186,29 +223,38 @@ def _end(x: list[float], low: bool) -> float:
 
 
 def search_runs(spec: SearchSpec, policy: str, seeds: int) -> int:
-    """Runs a search takes at most (a progress bar's total): per seed and arm, both ends of the
-    bracket and every bisection step."""
+    """Runs a search takes at most (a progress bar's total): per seed and arm, `runs_per_search`."""
+    return seeds * arms(policy) * runs_per_search(spec)
+
+
+def runs_per_search(spec: SearchSpec) -> int:
+    """Runs one bisection takes at most: both ends of the bracket and every bisection step."""
     width = spec.hi - spec.lo
-    steps = math.ceil(math.log2(width / spec.tol)) if spec.tol < width else 0
-    return seeds * (1 if policy == "no_sync" else 2) * (2 + steps)
+    return 2 + (math.ceil(math.log2(width / spec.tol)) if spec.tol < width else 0)
 
 
 def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[dict[str, Any]]:
     """Every task's search, in task order; `bar` (a tqdm, or None) advances by runs."""
-    per_search = search_runs(spec, "no_sync", 1)
+    per_search = runs_per_search(spec)
 
     def advance(n: int) -> None:
         if bar is not None and n > 0:
             bar.update(n)
 
     if workers > 1 and not tasks[0][-1]:  # fleet_kw (e.g. a latency model) stays in this process
-        import multiprocessing as mp
-        from concurrent.futures import as_completed
+        from concurrent.futures import FIRST_EXCEPTION, wait
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+        from wadiloco.experiments.sweep.backends import process_pool
+        from wadiloco.experiments.sweep.plugins import plugin_modules
+
+        with process_pool(min(workers, len(tasks)), plugin_modules()) as ex:  # workers die with the command
             futures = [ex.submit(_task, t) for t in tasks]
-            for _ in as_completed(futures):
-                advance(per_search)
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()  # a worker's error (an InputError arrives as itself) stops the search now
+                    advance(per_search)
             return [f.result() for f in futures]
     results = []
     for t in tasks:
@@ -218,15 +264,16 @@ def _searches(tasks: list[tuple], spec: SearchSpec, workers: int, bar) -> list[d
     return results
 
 
-def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], horizon_s: float | None) -> str:
-    """Why a capacity cost may mean nothing: a policy whose runs made no merge, or too few."""
+def merge_warning(
+    sc: Scenario, policy: str, per_seed: list[dict[str, Any]], horizon_s: float | None, params: dict | None = None
+) -> str:
+    """Why a capacity cost may mean nothing: a policy whose runs made no merge, or too few; and the
+    likely cause, with its numbers (few_merges_cause)."""
     if policy == "no_sync":
         return ""
     merges = [r["merges"] for r in per_seed]
     if min(merges) >= MIN_MERGES:
         return ""
-    h = horizon_s or sc.horizon_s
-    steps = f"a {h:g} s horizon is about {h / sc.training.step_time_s:.0f} inner steps"
     none = sum(m == 0 for m in merges)
     if none == len(merges):
         what = "no run made a merge, so this measures nothing about training's cost"
@@ -234,7 +281,62 @@ def merge_warning(sc: Scenario, policy: str, per_seed: list[dict[str, Any]], hor
         what = f"{none} of {len(merges)} seeds made no merge at their answer load"
     else:
         what = f"runs made as few as {min(merges)} merge(s) (fewer than {MIN_MERGES}): the cost rests on too few merges"
-    return f"{policy}: {what}; {steps} (lengthen --horizon or shorten the policy's interval)"
+    lengths = [r.get("merge_s", math.nan) for r in per_seed]
+    cause = few_merges_cause(sc, params or {}, [x for x in lengths if not math.isnan(x)], horizon_s or sc.horizon_s)
+    return f"{policy}: {what}; {cause}"
+
+
+def few_merges_cause(sc: Scenario, params: dict, merge_s: list[float], horizon_s: float) -> str:
+    """What keeps merges out of a run, with the numbers: the policy's interval against the horizon,
+    or a merge's length (`merge_s`, of the merges that finished) against the interval, or both
+    against the horizon. Between merges the islands take the interval's inner steps; a merge then
+    holds them at its barrier for its length."""
+    step = sc.training.step_time_s
+    steps, what = (int(params["H"]), "the policy's interval (H)") if "H" in params else (sc.merge.h_min, "merge.h_min")
+    interval = steps * step
+    iv = f"{what}, {steps} inner steps x {step:g} s = {interval:.0f} s"
+    shorten = "shorten the merge (a faster WAN, merge.compression, merge.fragments, checkpoint_mode: async)"
+    if interval >= horizon_s:
+        return f"likely cause: {iv}, is not shorter than the {horizon_s:g} s horizon (lengthen --horizon)"
+    if not merge_s:  # a merge started after the first interval and none finished before the horizon
+        return (
+            f"likely cause: the merge's length: the first merge could start after {iv}, and none finished in the "
+            f"{horizon_s - interval:.0f} s left of the {horizon_s:g} s horizon ({shorten}, or lengthen --horizon)"
+        )
+    mean = float(np.mean(merge_s))
+    if mean >= interval:
+        return (
+            f"likely cause: the merge's length: a merge took {mean:.0f} s (mean), longer than {iv} ({shorten}; "
+            "a longer --horizon adds few merges)"
+        )
+    cycle = interval + mean
+    return (
+        f"likely cause: the horizon: {iv}, plus a {mean:.0f} s merge is {cycle:.0f} s, {horizon_s / cycle:.1f} "
+        f"times in the {horizon_s:g} s horizon (lengthen --horizon to at least {MIN_MERGES * cycle:.0f} s, or "
+        "shorten the interval)"
+    )
+
+
+NO_TRAINING = "no_training"  # the search on the fleet with training off (training.enabled false)
+BASELINE = "no_sync"  # training without merges
+# each cost: (a - b) / c per seed, of the arms' largest rates (see `_cost`)
+COSTS = {
+    "training_cost": (NO_TRAINING, BASELINE, NO_TRAINING),  # inner steps, without merges
+    "merges_cost": (BASELINE, "policy", NO_TRAINING),  # what the merges add, in the same units
+    "total_cost": (NO_TRAINING, "policy", NO_TRAINING),  # the two together
+    "capacity_cost": (BASELINE, "policy", BASELINE),  # the merges' cost over what training leaves
+}
+_BIG = 1e300  # an unbounded bracket end, as a number the corners of `_cost` can use
+
+
+def arms(policy: str) -> int:
+    """Searches per seed: without training, training without merges (no_sync), and the policy's (unless no_sync)."""
+    return 2 if policy == BASELINE else 3
+
+
+def without_training(sc: Scenario) -> Scenario:
+    """The same fleet serving the same requests with training off: no inner step, no merge."""
+    return with_overrides(sc, {"training.enabled": False})
 
 
 def capacity(
@@ -248,59 +350,74 @@ def capacity(
     fleet_kw: dict | None = None,
     bar=None,
 ) -> dict[str, Any]:
-    """The search for `policy` and for no_sync on every seed. `bar` (a tqdm) advances per run;
-    its total is `search_runs(spec, policy, seeds)`. With `policy` no_sync the baseline is the same
-    search, so there is no cost to measure (NaN, and `capacity_cost_note` says so)."""
+    """Three searches on every seed (common random numbers): without training, training without merges
+    (no_sync), and training with `policy`; then what training costs (inner steps) and what the merges
+    cost, each as a share of the capacity without training, so that they add up. `bar` (a tqdm)
+    advances per run; its total is `search_runs(spec, policy, seeds)`. With `policy` no_sync its search
+    is the baseline's: the merges' cost is NaN and `capacity_cost_note` says why."""
     if not 0 < spec.attainment < 1:
         raise InputError("<command line>", "--attainment", f"must be between 0 and 1 (got {spec.attainment})")
     if seeds < 1:
         raise InputError("<command line>", "--seeds", "must be at least 1")
-    runs = ((policy, params),) if policy == "no_sync" else ((policy, params), ("no_sync", {}))
-    tasks = [(sc, s, p, pp, spec, fleet_kw) for p, pp in runs for s in range(seeds)]
+    runs = [(without_training(sc), BASELINE, {}), (sc, BASELINE, {})]
+    runs += [(sc, policy, params)] if policy != BASELINE else []
+    tasks = [(s_arm, s, p, pp, spec, fleet_kw) for s_arm, p, pp in runs for s in range(seeds)]
     results = _searches(tasks, spec, workers, bar)
-    pol, base = results[:seeds], results[seeds:] or results[:seeds]
-    m, lo, hi = bracket_interval([r["max_rate"] for r in pol], [r["max_rate_high"] for r in pol])
-    bm, blo, bhi = bracket_interval([r["max_rate"] for r in base], [r["max_rate_high"] for r in base])
-    cost = _cost(pol, base) if policy != "no_sync" else {"capacity_cost_note": "no_sync is its own baseline: no cost"}
-    return {
-        "scenario": sc.name,
-        "policy": policy,
-        "attainment_target": spec.attainment,
-        "seeds": seeds,
-        "max_rate_rps_per_sidecar": m,
-        "max_rate_upper_rps_per_sidecar": float(np.mean([r["max_rate_high"] for r in pol])),
-        "max_rate_ci_low": lo,
-        "max_rate_ci_high": hi,
-        "resolution_rps_per_sidecar": float(spec.tol * np.mean([r["capacity_rps"] for r in pol])),
-        "max_load": float(np.mean([r["max_load"] for r in pol])),
-        "no_sync_max_rate_rps_per_sidecar": bm,
-        "no_sync_max_rate_ci_low": blo,
-        "no_sync_max_rate_ci_high": bhi,
-        **{"capacity_cost_fraction": math.nan, "capacity_cost_ci_low": math.nan, "capacity_cost_ci_high": math.nan},
-        **cost,
-        "merges_min": min(r["merges"] for r in pol),
-        "merges_mean": float(np.mean([r["merges"] for r in pol])),
-        "merge_warning": merge_warning(sc, policy, pol, spec.horizon_s),
-        "monotone_warning": monotone_warning(pol + (base if policy != "no_sync" else [])),
-        "per_seed": pol,
-        "no_sync_per_seed": base,
-    }
+    off, base, pol = results[:seeds], results[seeds : 2 * seeds], results[2 * seeds :] or results[seeds : 2 * seeds]
+    by = {NO_TRAINING: off, BASELINE: base, "policy": pol}
+    out = {"scenario": sc.name, "policy": policy, "attainment_target": spec.attainment, "seeds": seeds}
+    out.update(_rates(pol, ""))
+    out["max_rate_upper_rps_per_sidecar"] = float(np.mean([r["max_rate_high"] for r in pol]))
+    out["resolution_rps_per_sidecar"] = float(spec.tol * np.mean([r["capacity_rps"] for r in pol]))
+    out["max_load"] = float(np.mean([r["max_load"] for r in pol]))
+    out.update(_rates(base, "no_sync_"))
+    out.update(_rates(off, "no_training_"))
+    for name, (a, b, c) in COSTS.items():
+        if policy == BASELINE and "policy" in (a, b, c):
+            m, lo, hi, note = math.nan, math.nan, math.nan, "no_sync is its own baseline: no cost"
+        else:
+            m, lo, hi, note = _cost(by, a, b, c)
+        out.update({f"{name}_fraction": m, f"{name}_ci_low": lo, f"{name}_ci_high": hi, f"{name}_note": note})
+    out.update(
+        merges_min=min(r["merges"] for r in pol),
+        merges_mean=float(np.mean([r["merges"] for r in pol])),
+        merge_warning=merge_warning(sc, policy, pol, spec.horizon_s, params),
+        monotone_warning=monotone_warning(off + base + (pol if policy != BASELINE else [])),
+    )
+    return {**out, "per_seed": pol, "no_sync_per_seed": base, "no_training_per_seed": off}
 
 
-def _cost(pol: list[dict], base: list[dict]) -> dict[str, Any]:
-    """1 - the policy's rate over no_sync's, per seed, with the brackets of both: the seed's cost
-    lies between 1 - upper/lower and 1 - lower/upper."""
-    pairs = [(p, b) for p, b in zip(pol, base) if b["max_rate"] > 0]
-    if not pairs:
-        return {"capacity_cost_note": "no_sync met the target at no load searched: no cost to measure"}
-    mid = [1 - p["max_rate"] / b["max_rate"] for p, b in pairs]
-    lows = [1 - p["max_rate_high"] / b["max_rate"] for p, b in pairs]
-    highs = [1 - p["max_rate"] / b["max_rate_high"] if math.isfinite(b["max_rate_high"]) else 1.0 for p, b in pairs]
-    return {
-        "capacity_cost_fraction": float(np.mean(mid)),
-        "capacity_cost_ci_low": _end(lows, low=True),
-        "capacity_cost_ci_high": _end(highs, low=False),
-    }
+def _rates(per_seed: list[dict], prefix: str) -> dict[str, float]:
+    """An arm's largest rate per sidecar and its interval (bracket_interval), under `prefix`."""
+    m, lo, hi = bracket_interval([r["max_rate"] for r in per_seed], [r["max_rate_high"] for r in per_seed])
+    return {f"{prefix}max_rate_rps_per_sidecar": m, f"{prefix}max_rate_ci_low": lo, f"{prefix}max_rate_ci_high": hi}
+
+
+def _cost(by: dict[str, list[dict]], a: str, b: str, c: str) -> tuple[float, float, float, str]:
+    """(a - b) / c per seed, of the arms' largest rates (each seed's lower bracket end), and the mean
+    over seeds; the interval holds every seed's brackets: per seed the least and the greatest value
+    over the brackets' corners (the figure is monotone in each rate), then the CI's low end of the
+    least and its high end of the greatest. A seed where `c` met the target at no load is left out."""
+    keep = [i for i, r in enumerate(by[c]) if r["max_rate"] > 0]
+    if not keep:
+        return math.nan, math.nan, math.nan, f"{_ARM_NAMES[c]} met the target at no load searched: no cost to measure"
+    names = sorted({a, b, c})
+
+    def f(v: dict[str, float]) -> float:
+        x = (v[a] - v[b]) / v[c]
+        return x if abs(x) < 1e100 else math.copysign(math.inf, x)
+
+    mids, lows, highs = [], [], []
+    for i in keep:
+        mids.append(f({k: by[k][i]["max_rate"] for k in names}))
+        ends = [(by[k][i]["max_rate"], min(by[k][i]["max_rate_high"], _BIG)) for k in names]
+        corners = [f(dict(zip(names, vals))) for vals in product(*ends)]
+        lows.append(min(corners))
+        highs.append(max(corners))
+    return float(np.mean(mids)), _end(lows, low=True), _end(highs, low=False), ""
+
+
+_ARM_NAMES = {NO_TRAINING: "the fleet without training", BASELINE: "no_sync", "policy": "the policy"}
 
 
 def monotone_warning(per_seed: list[dict[str, Any]]) -> str:

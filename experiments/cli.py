@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
 from wadiloco.models.errors import InputError
@@ -24,6 +25,7 @@ from wadiloco.models.errors import InputError
 COMMAND_MODULES = [
     "wadiloco.experiments.commands",
     "wadiloco.experiments.planning_cli",
+    "wadiloco.experiments.safe",
     "wadiloco.experiments.network_cli",
     "wadiloco.experiments.sweep.cli",
 ]
@@ -136,12 +138,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    try:
+    def command() -> int:
         load_plugins(plugin_modules())
         args = build_parser().parse_args(argv)
         if args.pure:
             _pure()
-        rc = args.func(args)
+        return args.func(args)
+
+    return one_error_path(command)
+
+
+def one_error_path(command: Callable[[], int | None]) -> int:
+    """Run `command` (a subcommand, or a study's table script) and turn whatever it raises into one
+    message and an exit code: 2 for input, OS and resource errors, 70 for a bug, 128 + N for a signal."""
+    try:
+        rc = command()
         sys.stdout.flush()
         return int(rc or 0)
     except InputError as e:
@@ -156,7 +167,7 @@ def _main(argv: list[str] | None) -> int:
     except OSError as e:
         return _os_error(e)
     except MemoryError:
-        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and README, Input safety)")
+        _say("error: out of memory; make the run smaller (see `wadiloco run --help` and docs/input_safety.md)")
     except RecursionError:
         _say("error: an input is nested too deeply to process")
     except Exception as e:  # noqa: BLE001 - no traceback, ever; but say it is ours

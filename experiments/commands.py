@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -28,6 +29,11 @@ def add_parser(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite the result of an earlier run in --out")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     p.add_argument("--check", action="store_true", help="check invariants at the end of the run")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the paired run without merges (no_sync on the same seed) that the sync-excess is measured against",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("show", help="print a scenario as it runs: every field, defaults filled in, after --set")
@@ -126,6 +132,8 @@ def cmd_run(args) -> int:
     from wadiloco.experiments import provenance
     from wadiloco.experiments.output import ResultDir, dumps
     from wadiloco.experiments.runner import run_one
+    from wadiloco.models.results.counterfactual import BASELINE_POLICY
+    from wadiloco.models.results.counterfactual import paired as counterfactual
     from wadiloco.models.spec.limits import check_run, notes
 
     sc, r = load_run(args)
@@ -134,13 +142,20 @@ def cmd_run(args) -> int:
     for note in notes(sc, r.policy_name):
         sys.stderr.write(f"note: {note}\n")
     check = True if args.check else None
-    res = run_one(r, args.seed, draw=args.draw, check=check)
+    paired = not args.no_baseline and r.policy_name != BASELINE_POLICY and r.training.enabled
+    # the twin without merges runs first: the run with merges then replays what it shares with it
+    # (experiments.runner: the same results, less work)
+    base = run_one(r, args.seed, BASELINE_POLICY, {}, check=check, share=True) if paired else None
+    res = run_one(r, args.seed, draw=args.draw, check=check, share=paired)
     s = res.record()  # what ran, exactly: the scenario's digest and the policy's params with defaults filled in
+    if base is not None:
+        s.update(counterfactual(res.summary, res.requests, base.summary, base.requests))
+        s["no_sync_wall_time_s"] = base.summary["wall_time_s"]
     s["provenance"] = provenance.of_run(sc, r, args.seed, args.draw, parse_sets(args.sets))
     if out is not None:
         out.open()
         try:
-            _write_run(out, res, s)
+            _write_run(out, res, s, base)
         except BaseException:
             out.discard()  # what this run created, and only that
             raise
@@ -151,13 +166,18 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _write_run(out, res, s: dict) -> None:
+def _write_run(out, res, s: dict, base=None) -> None:
+    """requests.csv (with `slo_violated_no_sync` where the paired run served the same requests),
+    merges.csv, timeline.csv and summary.json."""
     import pandas as pd
 
     from wadiloco.experiments.output import dumps, requests_csv
     from wadiloco.models.results.run import merge_rows
 
-    out.write("requests.csv", requests_csv(res.requests))
+    req = res.requests
+    if base is not None and s.get("by_request") is not None:
+        req = {**req, "violated_no_sync": base.requests["violated"]}
+    out.write("requests.csv", requests_csv(req))
     out.write("merges.csv", pd.DataFrame(merge_rows(res.merges)).to_csv(index=False))
     timeline = {TIMELINE_CSV_COLUMNS.get(k, k): v for k, v in res.timeline.items()}
     out.write("timeline.csv", pd.DataFrame(timeline).to_csv(index=False))
@@ -186,35 +206,85 @@ def cmd_show(args) -> int:
 
 
 def format_summary(s: dict, horizon_s: float | None = None, drain_s: float | None = None) -> str:
-    """The text summary: latencies in ms below a second, shares in percent, counts with separators."""
-    ph = s["merge_phase_mean_s"]
+    """The text summary, led by what the merges did when `run` measured it (the sync-excess against
+    no_sync on the same seed): latencies in ms below a second, shares in percent, counts with
+    separators."""
     span = f"{s['sim_time_s']:.0f} s simulated"
     if horizon_s is not None and drain_s is not None:
         span = f"{horizon_s:g} s of arrivals + {drain_s:g} s drain = {span}"
+    twin = f"; its no_sync twin {s['no_sync_wall_time_s']:.2f} s" if "no_sync_wall_time_s" in s else ""
     lines = [
-        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  ({span} in {s['wall_time_s']:.2f} s wall)",
+        f"scenario {s['scenario']}  policy {s['policy']}  seed {s['seed']}  ({span} in {s['wall_time_s']:.2f} s wall"
+        f"{twin})",
+        *_excess_lines(s),
         f"requests            {s['requests']:>10,d}   completed {s['completed']:,d}  unfinished {s['unfinished']:,d}"
         + ("  (unfinished count as violations)" if s["unfinished"] else ""),
         _slo_line(s),
         "TTFT p50/p95/p99    " + _latencies(s, "ttft"),
         "TPOT p50/p95        " + _latencies(s, "tpot", (50, 95)),
         "E2E  p50/p95/p99    " + _latencies(s, "e2e"),
-        f"merges              {s['merges']:>10d}   at steps {s['merge_steps'][:12]}"
-        f"{' ...' if len(s['merge_steps']) > 12 else ''}",
+        *_merge_lines(s),
+        f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']:,d} inner steps",
+    ]
+    return "\n".join(lines)
+
+
+def _excess_lines(s: dict) -> list[str]:
+    """What the merges did: the sync-excess and extra violations against no_sync on the same seed, the
+    merges' share of the violations, and the requests that violate only with merges or only without."""
+    if "sync_excess" not in s:
+        return []
+    b, extra, share = s["baseline"], s["extra_violations"], s["merges_violation_share"]
+    same = ", same requests" if s["by_request"] is not None else ""
+    if extra > 0:
+        what = f"the merges add {share:.1%} of this run's violations"
+    else:
+        what = "the merges add none" if extra == 0 else "the merges relieve serving"
+    lines = [
+        f"sync-excess         {100 * s['sync_excess']:>+10.2f} pp   {extra:+,d} violations: "
+        f"{s['slo_violations']:,d} with merges vs {b['slo_violations']:,d} under no_sync "
+        f"({b['slo_violation_rate']:.2%}; same seed{same}): {what}"
+    ]
+    br = s["by_request"]
+    if br is not None:
+        lines.append(
+            f"  paired by request {br['only_with_merges']:>10,d} violate only with merges (overlapping "
+            f"{_counts(br['only_with_merges_by_phase'])}), {br['only_without_merges']:,d} only without"
+        )
+    return lines
+
+
+def _merge_lines(s: dict) -> list[str]:
+    """The merges, one still running at the end (unfinished), their phases, and the violations that
+    overlapped each phase (overlap, not cause: the sync-excess says what the merges did)."""
+    steps, late = s["merge_steps"], s.get("unfinished_merge_step")
+    lines = [
+        f"merges              {s['merges']:>10d}   at steps {steps[:12]}{' ...' if len(steps) > 12 else ''}"
+        + (f"; 1 more, at step {late:,d}, still running at the end (unfinished)" if late is not None else "")
     ]
     if s["merges"]:
-        lines += [
+        ph = s["merge_phase_mean_s"]
+        lines.append(
             f"merge duration      {s['merge_duration_mean_s']:>10.2f} s mean: "
-            + ", ".join(f"{k} {_dur(v)}" for k, v in ph.items()),
-            "violations by phase " + ", ".join(f"{k} {v:,d}" for k, v in s["violations_by_phase"].items()),
-        ]
+            + ", ".join(f"{k} {_dur(v)}" for k, v in ph.items())
+        )
+    if s["merges"] or late is not None:
+        lines.append(
+            "violations overlapping phase " + _counts(s["violations_by_phase"]) + " (overlap is not cause: "
+            "see the sync-excess)"
+        )
+    elif s["policy"] != "no_sync" and s["inner_steps"] == 0:
+        lines.append("training is off (training.enabled: false): no inner step, no merge")
     elif s["policy"] != "no_sync":
         lines.append(
             f"warning: no merge in this run ({s['inner_steps']} inner steps), so it says nothing about merges; "
             "lengthen horizon_s (--set horizon_s=...) or shorten the policy's interval"
         )
-    lines.append(f"final modelled loss {s['final_loss']:>10.4f}   after {s['inner_steps']:,d} inner steps")
-    return "\n".join(lines)
+    return lines
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k} {v:,d}" for k, v in d.items())
 
 
 def _slo_line(s: dict) -> str:
@@ -231,13 +301,15 @@ def _slo_line(s: dict) -> str:
         if (v := slo.get(key)) is not None
     ]
     rate = s.get("slo_violation_rate")
+    if not s.get("requests"):
+        return f"SLO violation rate  {'n/a':>10}   (no requests arrived: nothing to rate)"
     if rate is None or not bounds:
         return f"SLO violation rate  {'n/a':>10}   (no SLO set: slo.ttft_s, slo.tpot_s, slo.e2e_s)"
     return f"SLO violation rate  {rate:>10.2%}   ({' and '.join(bounds)})"
 
 
 def _dur(v: float | None) -> str:
-    if v is None or v != v:
+    if v is None or math.isnan(v):
         return "n/a"
     return f"{v * 1e3:.0f} ms" if v < 1 else f"{v:.2f} s"
 
@@ -247,11 +319,36 @@ def _latencies(s: dict, name: str, qs=(50, 95, 99)) -> str:
     return " / ".join(_dur(v) for v in vals)
 
 
-def cmd_calibrate(args) -> int:
+def _calibration_fits(file: str | None) -> tuple:
+    """(calibration, linear fit, attention fit, interference weights) of `--file`, or of the packaged rows
+    (calibration None); a file of another shape is an InputError naming it."""
     import numpy as np
 
-    from wadiloco.models.engine.latency import fit_latency, load_calibration, relative_errors
+    from wadiloco.models.engine.latency import fit_latency, load_calibration
     from wadiloco.models.spec.schema import check_input
+    from wadiloco.models.training.interference import fit_weights
+
+    if not file:
+        return None, fit_latency(), fit_latency(form="attention"), fit_weights()
+    p = Path(file)
+    check_input(p, p, "--file", "calibration JSON file")
+    cal = load_calibration(p)  # a bounded read; errors name the file
+    try:
+        lat, w = fit_latency(cal), fit_weights(cal)
+        lat_attn = fit_latency(cal, form="attention")
+    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
+        # the exception's own text may quote the file (numpy: "could not convert string to float:
+        # '...'"): only a missing key, which is the schema's, is named
+        what = f"missing {e}" if isinstance(e, KeyError) else "a value the fit reads as a number is not one"
+        why = f"not a calibration file of the expected shape ({what})"
+        raise InputError(p, "", why) from None
+    if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
+        raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
+    return cal, lat, lat_attn, w
+
+
+def cmd_calibrate(args) -> int:
+    from wadiloco.models.engine.latency import relative_errors
     from wadiloco.models.training.interference import fit_weights
 
     if args.profile == "network":
@@ -261,22 +358,7 @@ def cmd_calibrate(args) -> int:
         raise InputError(flags, "", "these flags belong to `wadiloco calibrate network`")
     if args.profile:
         return _calibrate_profile(args.profile, fit_weights().gpu_outer, args.json)
-    if args.file:
-        p = Path(args.file)
-        check_input(p, p, "--file", "calibration JSON file")
-        cal = load_calibration(p)  # a bounded read; errors name the file
-        try:
-            lat, w = fit_latency(cal), fit_weights(cal)
-            lat_attn = fit_latency(cal, form="attention")
-        except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, np.linalg.LinAlgError) as e:
-            what = f"missing {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [""])[0][:200]
-            why = f"not a calibration file of the expected shape ({type(e).__name__}: {what})"
-            raise InputError(p, "", why) from None
-        if not all(np.isfinite([lat.a, lat.b, lat.c, lat.d, w.gpu_outer, w.gpu_stage, w.host_ckpt, w.host_stage])):
-            raise InputError(p, "", "its measurements do not determine a latency model (the fit is not finite)")
-    else:
-        cal = None
-        lat, lat_attn, w = fit_latency(), fit_latency(form="attention"), fit_weights()
+    cal, lat, lat_attn, w = _calibration_fits(args.file)
     if args.json:
         from dataclasses import asdict
 

@@ -4,13 +4,13 @@ measured cluster as a fleet (experiments.studies.diloco_measured). docs/network.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import describe, json_text, strict_number
 
 
 def add_parser(sub) -> None:
@@ -107,7 +107,7 @@ def _ranks(args, text: str) -> int:
     """--ranks, else the JSON curve's `ranks`, else nccl-tests' own `#  Rank  N ...` lines."""
     n = args.ranks
     if n is None and text.lstrip().startswith("{"):
-        doc = json.loads(text)
+        doc = json_text(text, args.nccl)
         n = doc.get("ranks") if isinstance(doc.get("ranks"), int) and not isinstance(doc.get("ranks"), bool) else 0
     if n is None:
         n = sum(1 for line in text.splitlines() if line.lstrip("# ").startswith("Rank "))
@@ -119,11 +119,7 @@ def _ranks(args, text: str) -> int:
 def _ddp_runs(path: str) -> list:
     from wadiloco.models.network.collective import DDPRun
 
-    text = _read(path)
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InputError(path, "", f"not JSON ({e})") from None
+    doc = json_text(_read(path), path)  # strict: no NaN, no integer of hundreds of digits
     runs = doc.get("runs") if isinstance(doc, dict) else doc
     if not isinstance(runs, list) or not runs:
         raise InputError(path, "runs", "must be a non-empty list of DDP runs")
@@ -136,9 +132,9 @@ def _ddp_runs(path: str) -> list:
             if key == "rate_bps" and v is None:
                 vals[key] = None
                 continue
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            if not (ok and (v > 0 or (v == 0 and key == "sync_blocked_per_step_s"))):
-                raise InputError(path, f"runs[{i}].{key}", f"must be a number > 0 (got {v!r})")
+            x, why = strict_number(v)
+            if why or not (x > 0 or (x == 0 and key == "sync_blocked_per_step_s")):
+                raise InputError(path, f"runs[{i}].{key}", f"must be a number > 0 (got {describe(v)})")
             vals[key] = float(v)
         out.append(
             DDPRun(vals["rate_bps"], vals["sync_blocked_per_step_s"], vals["compute_per_step_s"], vals["grad_bytes"])

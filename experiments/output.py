@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.schema import not_regular
+from wadiloco.models.spec.schema import not_regular, read_text
 
 TEMP_MARK = "wadiloco-tmp"  # in every temp file name: .<name>.wadiloco-tmp.<8 random chars>
 RESULT_MARK = ".wadiloco-result"  # in a result folder: the kind of result this tool wrote there
@@ -192,12 +193,31 @@ def requests_csv(req: dict[str, np.ndarray]) -> str:
 
 def replace_section(path: str | Path, start: str, end: str, text: str) -> None:
     """Rewrite what lies between a file's `start` and `end` markers (the README section a table
-    command regenerates), atomically; each marker must appear once, `start` first."""
+    command regenerates), atomically; each marker must appear once, `start` first. The page is read
+    as every input is (a regular file within the size limit: a FIFO or /dev/zero is refused)."""
     p = Path(path)
-    body = p.read_text(encoding="utf-8")
+    body = read_text(p, "Markdown page")
     i, j = body.find(start), body.find(end)
     if i < 0 or j < 0:
-        raise ValueError(f"{p}: markers {start} and {end} not found; add them where the table goes")
+        raise InputError(p, "--doc", f"markers {start} and {end} not found; add them where the table goes")
     if j < i or body.count(start) != 1 or body.count(end) != 1:
-        raise ValueError(f"{p}: expected exactly one {start} followed by one {end}")
+        raise InputError(p, "--doc", f"expected exactly one {start} followed by one {end}")
     write_atomic(p, body[: i + len(start)] + "\n" + text.rstrip("\n") + "\n" + body[j:])
+
+
+def read_table(path: str | Path, columns: tuple[str, ...] | list[str], what: str):
+    """A CSV table another command wrote (a sweep's runs.csv, summary.csv), read as every input is and
+    checked to have `columns`: a foreign file is an input error naming it and what it lacks."""
+    import pandas as pd
+
+    p = Path(path)
+    text = read_text(p, what)
+    try:
+        df = pd.read_csv(io.StringIO(text), keep_default_na=True)
+    except (ValueError, pd.errors.ParserError) as e:  # EmptyDataError is a ValueError
+        raise InputError(p, "", f"not a {what}: not a CSV table ({type(e).__name__})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise InputError(p, "", f"not a {what}: it has no column {shown}")
+    return df

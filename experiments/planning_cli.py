@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -72,46 +73,54 @@ def _setup(args):
     if args.workers < 1:
         raise InputError("<command line>", "--workers", "must be at least 1")
     spec = SearchSpec(attainment=args.attainment, tol=args.tol, horizon_s=args.horizon)
-    check_search(sc, policy, args.seeds, spec, args.workers)
+    check_search(sc, policy, args.seeds, spec, args.workers, params)
     return sc, policy, params, spec
 
 
 def _fmt(r: dict) -> str:
-    """One capacity answer in words: the rates with intervals that hold the bisection's resolution,
-    the cost, and the warnings (too few merges, attainment that did not fall with load)."""
+    """One capacity answer in words: the three rates (without training, training without merges,
+    training with the policy) with intervals that hold the bisection's resolution, what training
+    and the merges cost, and the warnings (too few merges, attainment that did not fall with load)."""
+    own = "" if r["policy"] == "no_sync" else f"; training with {r['policy']} {_rate(r, '')}"
     text = (
-        f"{r['scenario']} / {r['policy']}: {r['max_rate_rps_per_sidecar']:.2f} req/s per sidecar "
-        f"{_interval(r['max_rate_ci_low'], r['max_rate_ci_high'])} at {r['attainment_target']:.0%} SLO attainment "
-        f"(bisection resolution {r['resolution_rps_per_sidecar']:.2f} req/s, inside the interval); without merges "
-        f"{r['no_sync_max_rate_rps_per_sidecar']:.2f} "
-        f"{_interval(r['no_sync_max_rate_ci_low'], r['no_sync_max_rate_ci_high'])}"
+        f"{r['scenario']} / {r['policy']}: the largest rate per sidecar at {r['attainment_target']:.0%} SLO "
+        f"attainment is {_rate(r, 'no_training_')} req/s without training, {_rate(r, 'no_sync_')} training without "
+        f"merges (no_sync){own} (bisection resolution {r['resolution_rps_per_sidecar']:.2f} req/s, inside the "
+        f"intervals; {r['seeds']} seeds)\ntraining costs {_cost(r, 'training_cost')} of the serving capacity "
+        "without training"
     )
-    if r["policy"] == "no_sync":
-        text += f" ({r['seeds']} seeds)"
-    else:
+    notes = [r["training_cost_note"]]
+    if r["policy"] != "no_sync":  # (no_sync's merges cost is NaN by construction: its note says why)
         text += (
-            f"; training costs {_pct(r['capacity_cost_fraction'])} "
-            f"{_interval(r['capacity_cost_ci_low'], r['capacity_cost_ci_high'], _pct)} of serving capacity "
-            f"({r['seeds']} seeds, {r['merges_mean']:.1f} merges per run at the answer, fewest {r['merges_min']})"
+            f", merges cost {_cost(r, 'merges_cost')} (together {_cost(r, 'total_cost')}; {r['merges_mean']:.1f} "
+            f"merges per run at the answer, fewest {r['merges_min']})"
         )
-    for w in (
-        r.get("capacity_cost_note") if r["policy"] != "no_sync" else "",
-        r["merge_warning"],
-        r["monotone_warning"],
-    ):
+        notes.append(r["merges_cost_note"])
+    for w in (*notes, r["merge_warning"], r["monotone_warning"]):
         text += f"\nwarning: {w}" if w else ""
     return text
 
 
+def _rate(r: dict, prefix: str) -> str:
+    return (
+        f"{r[prefix + 'max_rate_rps_per_sidecar']:.2f} "
+        f"{_interval(r[prefix + 'max_rate_ci_low'], r[prefix + 'max_rate_ci_high'])}"
+    )
+
+
+def _cost(r: dict, name: str) -> str:
+    return f"{_pct(r[name + '_fraction'])} {_interval(r[name + '_ci_low'], r[name + '_ci_high'], _pct)}"
+
+
 def _interval(lo: float, hi: float, fmt=lambda x: f"{x:.2f}") -> str:
     """[lo, hi]; an open end reads as such (an interval of data without variance is the bracket)."""
-    if lo != lo or hi != hi:
+    if math.isnan(lo) or math.isnan(hi):
         return "(no interval)"
     return f"[{fmt(lo) if math.isfinite(lo) else '-inf'}, {fmt(hi) if math.isfinite(hi) else 'unbounded'}]"
 
 
 def _pct(x: float) -> str:
-    return "n/a" if x != x else f"{x:.1%}"
+    return "n/a" if math.isnan(x) else f"{x:.1%}"
 
 
 def _bar(total: int, desc: str, args):
@@ -185,9 +194,14 @@ def cmd_whatif(args) -> int:
 
     sc, policy, params, spec = _setup(args)
     path, values = parse_vary(args.vary)
-    variants = [(v, with_overrides(sc, {path: v})) for v in values]  # validate all before running any
-    for _, scv in variants:
-        check_search(scv, policy, args.seeds * len(variants), spec, args.workers)
+    searched = {"workload.load": "the search varies it itself", "horizon_s": "--horizon sets it for every run"}
+    if path in searched and (path != "horizon_s" or args.horizon is not None):
+        raise InputError("<command line>", f"--vary {path}", f"cannot be varied here: {searched[path]}")
+    variants = []
+    for v in values:  # every value checked (validation, each search's runs) before any search runs
+        with _at_value(path, v):
+            variants.append((v, with_overrides(sc, {path: v})))
+            check_search(variants[-1][1], policy, args.seeds * len(values), spec, args.workers, params)
     out = ResultDir(args.out, "whatif", args.force)  # nothing is created before every value is checked
     try:
         rows = _whatif(out, variants, path, (sc, policy, params, spec), args)
@@ -201,6 +215,15 @@ def cmd_whatif(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _at_value(path: str, value):
+    """An error of one --vary value says which value it is."""
+    try:
+        yield
+    except InputError as e:
+        raise InputError(e.file, e.where, f"{e.message} (at --vary {path}={value})") from None
+
+
 def _whatif(out, variants, path: str, search, args) -> list[dict]:
     import pandas as pd
 
@@ -212,7 +235,7 @@ def _whatif(out, variants, path: str, search, args) -> list[dict]:
     with _bar(len(variants) * search_runs(spec, policy, args.seeds), "whatif", args) as bar:
         for v, scv in variants:
             r = capacity(scv, policy, params, seeds=args.seeds, spec=spec, workers=args.workers, bar=bar)
-            rows.append({path: v, **{k: r[k] for k in r if not k.startswith(("per_seed", "no_sync_per_seed"))}})
+            rows.append({path: v, **{k: r[k] for k in r if not k.endswith("per_seed")}})
             lines.append(f"{path}={v}: " + _fmt(r))
             bar.write(lines[-1], file=sys.stderr)
     df = pd.DataFrame(rows)
@@ -232,42 +255,71 @@ def _markdown(df, path: str) -> str:
         for m, lo, hi in zip(df["max_rate_rps_per_sidecar"], df["max_rate_ci_low"], df["max_rate_ci_high"])
     ]
     t["no_sync max rate (req/s/sidecar)"] = [f"{x:.2f}" for x in df["no_sync_max_rate_rps_per_sidecar"]]
-    t["training cost (%) [interval]"] = [
-        f"{_pct(m)} {_interval(lo, hi, _pct)}"
-        for m, lo, hi in zip(df["capacity_cost_fraction"], df["capacity_cost_ci_low"], df["capacity_cost_ci_high"])
-    ]
+    t["without training (req/s/sidecar)"] = [f"{x:.2f}" for x in df["no_training_max_rate_rps_per_sidecar"]]
+    for name, label in (("training_cost", "training cost"), ("merges_cost", "merges cost")):
+        t[f"{label} (% of capacity without training) [interval]"] = [
+            f"{_pct(m)} {_interval(lo, hi, _pct)}"
+            for m, lo, hi in zip(df[f"{name}_fraction"], df[f"{name}_ci_low"], df[f"{name}_ci_high"])
+        ]
     t["merges per run (mean, min)"] = [f"{m:.1f}, {n}" for m, n in zip(df["merges_mean"], df["merges_min"])]
     t["warning"] = ["; ".join(w for w in ws if w) for ws in zip(df["merge_warning"], df["monotone_warning"])]
     return t.to_markdown(index=False) + "\n"
 
 
 def _figure(df, path: str, policy: str) -> bytes:
-    """Capacity against the varied field: on a log axis at the values themselves when they are
-    positive numbers (10, 25, 100 Gb/s are not evenly spaced), as categories otherwise."""
-    import numpy as np
-
+    """Capacity against the varied field: points joined by lines, on a log axis at the values
+    themselves, when they are positive numbers (10, 25, 100 Gb/s are not evenly spaced); bars side by
+    side per value when they are categories (a mode, an engine, a list), which no line may join."""
     from wadiloco.experiments.figures import Figure, png_bytes, style
 
     with style():
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
         vals = list(df[path])
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)
-        x = [float(v) for v in vals] if numeric else list(range(len(vals)))
-        for col, lo, hi, label in (
-            ("max_rate_rps_per_sidecar", "max_rate_ci_low", "max_rate_ci_high", policy),
-            ("no_sync_max_rate_rps_per_sidecar", "no_sync_max_rate_ci_low", "no_sync_max_rate_ci_high", "no_sync"),
-        ):
-            y = df[col].to_numpy()
-            top = np.where(np.isfinite(df[hi].to_numpy()), df[hi].to_numpy(), y)  # an open end: no bar up
-            ax.errorbar(x, y, yerr=[y - df[lo].to_numpy(), top - y], marker="o", capsize=4, label=label)
-        if numeric and len(set(x)) > 1 and max(x) / min(x) >= 4:
-            ax.set_xscale("log")
-        ax.set_xticks(x, [str(v) for v in vals])
-        ax.minorticks_off()
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in vals)
+        series = [
+            (f"{p}max_rate_rps_per_sidecar", f"{p}max_rate_ci_low", f"{p}max_rate_ci_high", label)
+            for p, label in (
+                ("", policy),
+                ("no_sync_", "no_sync (training without merges)"),
+                ("no_training_", "without training"),
+            )
+        ]
+        series = series[1:] if policy == "no_sync" else series
+        (_lines if numeric else _bars)(ax, df, [float(v) for v in vals] if numeric else vals, series)
         ax.set_xlabel(path)
         ax.set_ylabel("max request rate per sidecar (req/s)")
         ax.set_title(f"Serving capacity at {df['attainment_target'].iloc[0]:.0%} SLO attainment")
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
         return png_bytes(fig, dpi=120)
+
+
+def _yerr(df, col: str, lo: str, hi: str):
+    """A series, and its interval as error-bar lengths (an open upper end: no bar up)."""
+    import numpy as np
+
+    y = df[col].to_numpy()
+    top = np.where(np.isfinite(df[hi].to_numpy()), df[hi].to_numpy(), y)
+    return y, [y - df[lo].to_numpy(), top - y]
+
+
+def _lines(ax, df, x: list[float], series) -> None:
+    for col, lo, hi, label in series:
+        y, err = _yerr(df, col, lo, hi)
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, label=label)
+    if len(set(x)) > 1 and max(x) / min(x) >= 4:
+        ax.set_xscale("log")
+    ax.set_xticks(x, [f"{v:g}" for v in x])
+    ax.minorticks_off()
+
+
+def _bars(ax, df, vals: list, series) -> None:
+    import numpy as np
+
+    width = 0.8 / len(series)
+    pos = np.arange(len(vals))
+    for k, (col, lo, hi, label) in enumerate(series):
+        y, err = _yerr(df, col, lo, hi)
+        ax.bar(pos + (k - (len(series) - 1) / 2) * width, y, width, yerr=err, capsize=4, label=label)
+    ax.set_xticks(pos, [str(v) for v in vals])

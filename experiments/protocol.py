@@ -1,4 +1,4 @@
-"""The calibration protocol (SPEC.md section 4), per regime x policy, from the stored runs.
+"""The calibration protocol (docs/model.md), per regime x policy, from the stored runs.
 
 1. Load match: every run on a (regime, seed) must have the same `load_hash` (common random
    numbers): the arrivals of an open-loop workload; for closed-loop clients, whose arrival times

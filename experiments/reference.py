@@ -25,7 +25,9 @@ import annotated_types as at
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-DOCS_REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference"
+_CHECKOUT = Path(__file__).resolve().parents[1]
+# the checkout's pages; from an installed package (no docs/ beside it), docs/reference under the current folder
+DOCS_REFERENCE = (_CHECKOUT if (_CHECKOUT / "docs").is_dir() else Path.cwd()) / "docs" / "reference"
 COMMAND = "python -m wadiloco.experiments.reference"
 HEADER = ["| field | type | default | unit | meaning | source |", "|---|---|---|---|---|---|"]
 _BOUNDS = ((at.Ge, "ge", ">="), (at.Gt, "gt", ">"), (at.Le, "le", "<="), (at.Lt, "lt", "<"))
@@ -286,7 +288,13 @@ def sweep_page() -> str:
     intro = (
         "A `regimes` entry is a path, or a mapping with the fields `regimes[].*`; `seeds` is a count or a "
         "list. How the entries expand into arms and runs: experiments/sweep/plan.py; the protocol they are "
-        "judged by: [docs/model.md](../model.md), section 5. Example: experiments/smoke.yaml."
+        "judged by: [docs/model.md](../model.md), section 5. Example: experiments/smoke.yaml. An entry with a "
+        "`product` stands for one regime per combination of its axes' levels, named by joining the levels' "
+        "names with `__`: `product: {design: {v1: {}, v0: {engine.step: sequential}}, workload: {bursty: "
+        "../scenarios/bursty.yaml, aperiodic: ../scenarios/aperiodic.yaml}}` gives v1__bursty, v1__aperiodic, "
+        "v0__bursty and v0__aperiodic, each with the entry's `overrides` and then its levels' (a later axis wins); "
+        "its `group` lets `policies[].regimes` name them all at once. Example: experiments/atlas.yaml (YAML "
+        "anchors, `&name` and `*name`, write an axis once for several entries)."
     )
     lines = _preamble("Sweep file reference", "the sweep schema (experiments/sweep/spec.py)")
     lines += section("Fields", intro, rows(SweepSpec, ""))

@@ -47,10 +47,15 @@ def csv_text(df: pd.DataFrame) -> str:
 
 
 def load(out: Path) -> tuple[Plan, list[dict[str, Any]], Store]:
-    """The plan and the rows a sweep folder's store holds, and the store (open, read-only)."""
+    """The plan and the rows a sweep folder's store holds, each checked as it is read (a damaged
+    store is an input error naming it), and the store (open, read-only)."""
     store = Store(out / STORE_NAME, readonly=True)
-    plan = Plan.from_dict(store.plan())
-    rows = list(store.rows())
+    try:
+        plan = Plan.from_store(store)
+        rows = list(store.rows())
+    except BaseException:
+        store.close()
+        raise
     return plan, rows, store
 
 
@@ -189,37 +194,31 @@ def render_html(title: str, blocks, base: Path | None = None) -> str:
 
 
 def render(out: str | Path, figures: bool = True) -> dict[str, Any]:
+    """Everything is read from the store and checked first (a damaged store writes nothing), then
+    the tables, the provenance, the figures and the report are written."""
     out = Path(out)
     plan, rows, store = load(out)
     try:
-        runs = P.runs_table(plan, rows)
-        res = P.analyse(plan, runs)
-        summary, comps, loads = res["summary"], res["comparisons"], res["loads"]
-        write_atomic(out / "runs.csv", csv_text(runs))
-        kill_point("wrote:runs.csv")
-        write_atomic(out / "summary.csv", csv_text(summary))
-        write_atomic(out / "comparisons.csv", csv_text(comps))
-        write_atomic(out / "load_check.csv", csv_text(loads))
-        prov = _provenance(out, store)
-        figs = _figures(out, plan, runs, summary, store) if figures else []
+        prov = store.provenance()
+        timelines = _timelines(plan, store) if figures else {}
     finally:
         store.close()
+    runs = P.runs_table(plan, rows)
+    res = P.analyse(plan, runs)
+    summary, comps, loads = res["summary"], res["comparisons"], res["loads"]
+    write_atomic(out / "runs.csv", csv_text(runs))
+    kill_point("wrote:runs.csv")
+    write_atomic(out / "summary.csv", csv_text(summary))
+    write_atomic(out / "comparisons.csv", csv_text(comps))
+    write_atomic(out / "load_check.csv", csv_text(loads))
+    if prov is not None:
+        write_atomic(out / "provenance.json", json.dumps(prov, indent=2, sort_keys=True) + "\n")
+    figs = _figures(out, plan, runs, summary, timelines) if figures else []
     blocks = _report_blocks(plan, runs, res, figs) + _provenance_blocks(prov)
     title = f"Sweep report: {plan.name}"
     write_atomic(out / "report.md", render_md(blocks))
     write_atomic(out / "report.html", render_html(title, blocks, out))
     return {"runs": runs, **res, "figures": figs}
-
-
-def _provenance(out: Path, store: Store) -> dict[str, Any] | None:
-    """The sweep's provenance from its store, written out as provenance.json (None: a store made
-    before provenance was kept, which gets one on its next --resume)."""
-    raw = store.meta("provenance")
-    if raw is None:
-        return None
-    prov = json.loads(raw)
-    write_atomic(out / "provenance.json", json.dumps(prov, indent=2, sort_keys=True) + "\n")
-    return prov
 
 
 def _provenance_blocks(prov: dict[str, Any] | None) -> list:
@@ -240,14 +239,23 @@ def _provenance_blocks(prov: dict[str, Any] | None) -> list:
     return [("h2", "Provenance"), ("ul", lines)]
 
 
-def _figures(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:
+def _figures(out: Path, plan, runs, summary, timelines: dict) -> list[tuple[str, str]]:
     import matplotlib
 
     with matplotlib.rc_context({"text.parse_math": False}):  # a `$` in a name is a dollar sign
-        return _draw(out, plan, runs, summary, store)
+        return _draw(out, plan, runs, summary, timelines)
 
 
-def _draw(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]:
+def _timelines(plan, store: Store) -> dict[tuple, dict]:
+    """The stored timelines of the timeline seed's runs (draw 0), by (scenario, label, params) hash."""
+    seed, out = plan.timeline_seed, {}
+    for r in store.rows(with_timeline=True):
+        if r["seed"] == seed and r["draw"] == 0 and r["status"] == "ok" and r.get("timeline"):
+            out[(r["scenario_hash"], r["policy_label"], r["params_hash"])] = r["timeline"]
+    return out
+
+
+def _draw(out: Path, plan, runs, summary, by_key: dict) -> list[tuple[str, str]]:
     from wadiloco.experiments import figures as F
 
     fdir = out / "figures"
@@ -266,10 +274,6 @@ def _draw(out: Path, plan, runs, summary, store: Store) -> list[tuple[str, str]]
         made.append(("figures/tradeoff.png", "sync-excess SLO violation vs modelled final loss"))
     seed = plan.timeline_seed
     roles = {a.label: a.role for a in plan.arms}
-    by_key = {}
-    for r in store.rows(with_timeline=True):
-        if r["seed"] == seed and r["draw"] == 0 and r["status"] == "ok" and r.get("timeline"):
-            by_key[(r["scenario_hash"], r["policy_label"], r["params_hash"])] = r["timeline"]
     for reg in plan.regimes:
         tls = {a.label: by_key.get((reg.digest, a.label, a.params_hash)) for a in plan.arms}
         tls = {k: v for k, v in tls.items() if v}

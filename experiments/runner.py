@@ -4,12 +4,12 @@ Matched controls (a policy whose params name a `reference`) first run the refere
 the same seed and inherit its merge count, so the control and the reference see the same
 arrivals (common random numbers) and the same merge budget.
 
-Shared busy periods (issue 16 item 3, models.engine.tape): every run of a scenario and seed serves the
+Shared busy periods: every run of a scenario and seed serves the
 same requests, and between merges an engine mostly does what it does with no merges at all. So a
 sweep's worker process (`share=True`: experiments/sweep/worker.py) keeps the no_sync run's tapes of
 the last few (scenario, seed) pairs it ran (recording them while it runs no_sync, or running no_sync
 first), and every other run of that pair copies what it provably shares with it instead of
-simulating it. Results are identical either way (tests/test_tape.py); $WADILOCO_SHARE=0 turns it
+simulating it. Results are identical either way (tests/engine/test_tape.py); $WADILOCO_SHARE=0 turns it
 off for sweeps. A single run (`share=False`, the default) would only pay for the extra no_sync run.
 """
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from wadiloco.models.errors import InputError
 
 STORE_NAME = "runs.sqlite"
 SCHEMA_VERSION = "1"
+PLAN_KEYS = ("name", "regimes", "arms", "seeds")  # what a stored plan holds at least (Plan.from_dict reads them)
+DAMAGED = "the store is damaged (edited or corrupted outside this tool): run the sweep again into a new folder"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -98,6 +101,23 @@ class Store:
         except sqlite3.DatabaseError as e:
             what = "not a readable results store" if readonly else "cannot open or create the results store"
             raise InputError(self.path, "", f"{what} ({e})") from None
+        try:
+            self._check_version()
+        except InputError:
+            self.conn.close()
+            raise
+
+    def _check_version(self) -> None:
+        """A store of another format is refused, never read as this one (none yet: a new store)."""
+        v = self.meta("schema_version")
+        if v is not None and v != SCHEMA_VERSION:
+            shown = repr(v) if len(v) <= 12 else f"of {len(v)} characters"
+            raise InputError(
+                self.path,
+                "meta.schema_version",
+                f"a results store of format {shown}, and this version reads format {SCHEMA_VERSION} only: read it "
+                "with the version that wrote it, or run the sweep again into a new folder",
+            )
 
     def _uri(self, query: str) -> str:
         # percent-encode the path: a '?', '#' or '%' in a folder name would otherwise end the path
@@ -162,6 +182,7 @@ class Store:
         return self.meta("identity")
 
     def plan(self) -> dict[str, Any]:
+        """The sweep's description (experiments.sweep.plan.Plan.to_dict), checked to be one."""
         raw = self.meta("plan")
         if raw is None:
             raise InputError(
@@ -169,7 +190,27 @@ class Store:
                 "meta.plan",
                 "the store has no sweep description (was the sweep killed before it started?); run the sweep again",
             )
-        return json.loads(raw)
+        plan = self._json(raw, "meta.plan", "the sweep description")
+        missing = [k for k in PLAN_KEYS if not isinstance(plan, dict) or k not in plan]
+        if missing:
+            raise InputError(self.path, "meta.plan", f"the sweep description lacks {', '.join(missing)}; {DAMAGED}")
+        return plan
+
+    def provenance(self) -> dict[str, Any] | None:
+        """The sweep's provenance record (None: a store made before one was kept), checked to be a mapping."""
+        raw = self.meta("provenance")
+        rec = None if raw is None else self._json(raw, "meta.provenance", "the provenance record")
+        if rec is not None and not isinstance(rec, dict):
+            raise InputError(self.path, "meta.provenance", f"the provenance record is not a mapping; {DAMAGED}")
+        return rec
+
+    def _json(self, raw: object, where: str, what: str) -> Any:
+        if not isinstance(raw, str):
+            raise InputError(self.path, where, f"{what} is not JSON text; {DAMAGED}")
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise InputError(self.path, where, f"{what} is not valid JSON; {DAMAGED}") from None
 
     def set_plan(self, identity: str, plan: dict[str, Any]) -> None:
         try:
@@ -233,16 +274,34 @@ class Store:
             "AND seed=? AND draw=? AND status='ok'",
             key,
         ).fetchone()
-        return json.loads(row[0]) if row and row[0] else None
+        sm = self._json(row[0], f"runs (seed {key[3]}, draw {key[4]})", "a run's summary") if row and row[0] else None
+        return sm if isinstance(sm, dict) else None
 
     def detail(self, key: tuple) -> bytes | None:
-        """The packed per-request end-to-end latencies kept for baseline runs."""
+        """The packed per-request end-to-end latencies kept for baseline runs (checked: `_packed`)."""
         row = self.conn.execute(
             "SELECT detail FROM runs WHERE scenario_hash=? AND policy_label=? AND params_hash=? "
             "AND seed=? AND draw=? AND status='ok'",
             key,
         ).fetchone()
-        return bytes(row[0]) if row and row[0] is not None else None
+        return self._packed(row[0], f"runs (seed {key[3]}, draw {key[4]})") if row and row[0] is not None else None
+
+    def check_details(self) -> None:
+        """Every stored run's packed latencies unpack (what --resume hands the runs that compare with them)."""
+        try:
+            for n, (blob,) in enumerate(self.conn.execute("SELECT detail FROM runs WHERE detail IS NOT NULL"), 1):
+                self._packed(blob, f"runs, detail {n}")
+        except sqlite3.DatabaseError as e:
+            raise InputError(self.path, "", f"cannot read the results store ({e})") from None
+
+    def _packed(self, blob: object, where: str) -> bytes:
+        """A detail blob: zlib-packed float32 values (experiments.sweep.worker.pack_e2e)."""
+        try:
+            if isinstance(blob, (bytes, memoryview)) and len(zlib.decompress(bytes(blob))) % 4 == 0:
+                return bytes(blob)
+        except zlib.error:
+            pass
+        raise InputError(self.path, where, f"its packed latencies do not unpack; {DAMAGED}")
 
     def rows(self, with_timeline: bool = False) -> Iterator[dict[str, Any]]:
         cols = [
@@ -266,18 +325,34 @@ class Store:
             cur = self.conn.execute(
                 f"SELECT {', '.join(cols)} FROM runs ORDER BY scenario_hash, policy_label, params_hash, seed, draw"
             )
-            for r in cur:
-                d = dict(zip(cols, r))
-                d["params"] = json.loads(d.pop("params_json"))
-                raw_s, raw_r = d.pop("summary_json"), d.pop("reference_json")
-                d["summary"] = json.loads(raw_s) if raw_s else None
-                d["reference"] = json.loads(raw_r) if raw_r else None
-                if with_timeline:
-                    raw = d.pop("timeline_json")
-                    d["timeline"] = json.loads(raw) if raw else None
-                yield d
+            for n, r in enumerate(cur, 1):
+                yield self._row(n, dict(zip(cols, r)), with_timeline)
         except sqlite3.DatabaseError as e:
             raise InputError(self.path, "", f"cannot read the results store ({e})") from None
+
+    def _row(self, n: int, d: dict[str, Any], with_timeline: bool) -> dict[str, Any]:
+        """One stored run, checked as the analysis reads it: whole seed and draw, a known status,
+        params a mapping, an `ok` run's summary a mapping, the rest JSON or nothing."""
+        where = f"runs, row {n}"
+        for k in ("seed", "draw", "attempts"):
+            if isinstance(d[k], bool) or not isinstance(d[k], int) or d[k] < 0:
+                raise InputError(self.path, where, f"its {k} is not a whole number >= 0; {DAMAGED}")
+        if d["status"] not in ("ok", "error"):
+            raise InputError(self.path, where, f"its status is neither ok nor error; {DAMAGED}")
+        d["params"] = self._json(d.pop("params_json"), where, "its params")
+        raw_s, raw_r = d.pop("summary_json"), d.pop("reference_json")
+        d["summary"] = self._json(raw_s, where, "its summary") if raw_s is not None else None
+        d["reference"] = self._json(raw_r, where, "its reference") if raw_r is not None else None
+        if with_timeline:
+            raw = d.pop("timeline_json")
+            d["timeline"] = self._json(raw, where, "its timeline") if raw is not None else None
+        shapes = (("params", d["params"]), ("reference", d["reference"] or {}), ("timeline", d.get("timeline") or {}))
+        bad = [k for k, v in shapes if not isinstance(v, dict)]
+        if d["status"] == "ok" and not isinstance(d["summary"], dict):
+            bad.append("summary (an ok run has one)")
+        if bad:
+            raise InputError(self.path, where, f"its {', '.join(bad)} is not a mapping; {DAMAGED}")
+        return d
 
     def counts(self) -> dict[str, int]:
         try:

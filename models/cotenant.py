@@ -1,36 +1,31 @@
-"""A scenario's GPU co-tenant and testbed labels, resolved once into plain numbers and exact timetables.
+"""A scenario's GPU co-tenant and its timetable, resolved once into plain numbers and exact timetables.
 
 `cotenant:` (models.spec.scenario.CotenantConfig) becomes a `CotenantPlan`: the hold weight (given, or the
 engine profile's fitted co-tenant entry), the sidecars it presses on, and when it is on: the fixed
-windows of its timetable moved to the stress loop's poll grid (models.testbed.fluid.stress_intervals)
-plus, for a `merges` timetable, a window after each merge of the run's own trainer (known only as the
-run goes: sim.cotenant asks `merge_window`). `testbed_labels:` becomes a `LabelPlan`, which labels
-requests at their start after the run. Both are SimPy-free; models.spec.resolve builds them, and
+windows of its timetable moved to the process's poll grid (models.timetables.poll_intervals) plus,
+for a `merges` timetable, a window after each merge of the run's own trainer (known only as the run
+goes: sim.cotenant asks `merge_window`). Both are SimPy-free; models.spec.resolve builds them, and
 validation (models.spec.load, `check_timetable`) finds a bad windows file or a timetable of too many
 windows when the scenario loads, before anything runs.
+
+A timetable's kind is built by the `TIMETABLES` registry (`periodic` and `bursty` here; a plug-in
+registers its own with `register_timetable`, as the testbed does its pressure schedule); `windows`
+(a file or a list), `merges`, `none` and `union` are the structural kinds, built here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from wadiloco.models import timetables as tt
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.scenario import (
-    BurstyTimetable,
-    CotenantConfig,
-    LabelsConfig,
-    MergesTimetable,
-    PeriodicTimetable,
-    PressureTimetable,
-    UnionTimetable,
-    WindowsTimetable,
-)
-from wadiloco.models.testbed import timetables as tt
-from wadiloco.models.testbed.fluid import stress_intervals
+from wadiloco.models.plugins import Registry
+from wadiloco.models.spec.files import beside, check_input, named_by
+from wadiloco.models.spec.scenario import CotenantConfig, MergesTimetable, UnionTimetable, WindowsTimetable
 
 CLOCK_EPS_S = 1e-6
 MAX_WINDOWS = 2_000_000  # past this a timetable would not fit in memory: a typo (a period, repeat_s)
@@ -68,13 +63,13 @@ class CotenantPlan:
         fixed = self.timetable.fixed
         if fixed is None:
             return []
-        return [(a, b) for a, b in stress_intervals(fixed.intervals, self.poll_s) if a < b]
+        return [(a, b) for a, b in tt.poll_intervals(fixed.intervals, self.poll_s) if a < b]
 
     def merge_window(self, end: float) -> tuple[float, float] | None:
         """(on, off) of the window after a merge that ended at `end`, or None (no `merges` part, or
         nothing of it before the horizon). On at the first poll tick at or after `end`, where a tick
         within CLOCK_EPS_S before it counts (a trainer clock summed from 0.05-s steps drifts by
-        ~1e-10 s, more than stress_intervals' relative tolerance), and never before `end`."""
+        ~1e-10 s, more than poll_intervals' relative tolerance), and never before `end`."""
         w = self.timetable.merge_window_s
         if w is None:
             return None
@@ -83,24 +78,36 @@ class CotenantPlan:
         return (on, off) if on < off else None
 
 
-@dataclass(frozen=True, eq=False)
-class LabelPlan:
-    sync: TimetablePlan
-    pressure: PressureTimetable | BurstyTimetable | None
-    horizon_s: float
+# ---- timetable kinds in closed form, by name -----------------------------------------------------------
 
-    def columns(self, t: np.ndarray, merge_ends: np.ndarray) -> dict[str, np.ndarray]:
-        """The label columns of requests that start at `t` (models.results.run Labels adds them)."""
-        out = {"sync_active": self.sync.active(t, merge_ends)}
-        p = self.pressure
-        if isinstance(p, PressureTimetable):
-            out["max_pressure"] = tt.max_pressure(t, p.period_s)
-            out["high_pressure"] = out["max_pressure"] >= p.threshold
-        elif isinstance(p, BurstyTimetable):
-            busy = tt.bursty(p.period_s, p.window_s, p.phase_s, horizon=self.horizon_s).active(t)
-            out["max_pressure"] = np.maximum.reduce(tt.bursty_labels(busy))
-            out["high_pressure"] = out["max_pressure"] >= tt.HIGH_PRESSURE
-        return out
+
+def _per_period(spec, horizon: float) -> float:
+    return horizon / spec.period_s
+
+
+@dataclass(frozen=True)
+class TimetableKind:
+    """A kind in closed form: `build(spec, horizon)`, its exact timetable over [0, horizon], and
+    `windows(spec, horizon)`, about how many windows that has, which validation holds to MAX_WINDOWS
+    (naming `count_field`, the field that sets the count)."""
+
+    build: Callable[[object, float], tt.Timetable]
+    windows: Callable[[object, float], float] = _per_period
+    count_field: str = "period_s"
+
+
+TIMETABLES: Registry[str, TimetableKind] = Registry("timetable kind")
+
+
+def register_timetable(kind: str, build, windows=_per_period, count_field: str = "period_s") -> None:
+    """Build the timetable kind `kind` (its schema in models.spec.scenario) with `build(spec, horizon)`."""
+    TIMETABLES[kind] = TimetableKind(build, windows, count_field)
+
+
+register_timetable(
+    "periodic", lambda s, h: tt.periodic(s.period_s, s.window_s, s.inclusive, horizon=h, phase=s.phase_s)
+)
+register_timetable("bursty", lambda s, h: tt.bursty(s.period_s, s.window_s, s.phase_s, horizon=h))
 
 
 # ---- building plans from a scenario's blocks (models.spec.resolve) ----------------------------------
@@ -111,11 +118,6 @@ def cotenant_plan(
 ) -> CotenantPlan:
     table = timetable_plan(c.timetable, horizon, base_dir, file, "cotenant.timetable")
     return CotenantPlan(weight, sidecars, table, c.poll_s, horizon)
-
-
-def label_plan(lab: LabelsConfig, horizon: float, base_dir: str, file: object) -> LabelPlan:
-    sync = timetable_plan(lab.sync, horizon, base_dir, file, "testbed_labels.sync")
-    return LabelPlan(sync, lab.pressure, horizon)
 
 
 def timetable_plan(spec, horizon: float, base_dir: str, file: object, where: str) -> TimetablePlan:
@@ -165,31 +167,30 @@ def check_timetable(spec, horizon: float, base_dir: str, file: object, where: st
 def _fixed(spec, horizon: float, base_dir: str, file: object, where: str, build: bool = True):
     """The exact timetable of one fixed kind; None for `none` and `merges` (or, not `build`, its checks
     only, and about how many windows it has)."""
-    if isinstance(spec, (PeriodicTimetable, PressureTimetable, BurstyTimetable)):
-        _check_count(horizon / spec.period_s, file, f"{where}.period_s")
-    if not build and not isinstance(spec, WindowsTimetable):
-        return horizon / spec.period_s if hasattr(spec, "period_s") else 0.0
-    if isinstance(spec, PeriodicTimetable):
-        return tt.periodic(spec.period_s, spec.window_s, spec.inclusive, horizon=horizon, phase=spec.phase_s)
-    if isinstance(spec, PressureTimetable):
-        return tt.pressure(spec.period_s, horizon=horizon, threshold=spec.threshold)
-    if isinstance(spec, BurstyTimetable):
-        return tt.bursty(spec.period_s, spec.window_s, spec.phase_s, horizon=horizon)
     if isinstance(spec, WindowsTimetable):
         return _windows(spec, horizon, base_dir, file, where, build)
-    return None  # `none`, `merges`
+    if spec.kind in ("none", "merges"):
+        return None if build else 0.0
+    kind = TIMETABLES.get(spec.kind)
+    if kind is None:
+        raise InputError(
+            file, f"{where}.kind", f"no timetable kind {spec.kind!r} is registered; known: {TIMETABLES.known()}"
+        )
+    n = kind.windows(spec, horizon)
+    _check_count(n, file, f"{where}.{kind.count_field}")
+    return kind.build(spec, horizon) if build else n
 
 
 def _windows(
     spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str, build: bool = True
 ) -> tt.Timetable | float:
     if spec.file is not None:
-        path = Path(spec.file) if Path(spec.file).is_absolute() else Path(base_dir) / spec.file
-        if not path.is_file():
-            raise InputError(file, f"{where}.file", f"no such file: {path}")
-        trace = tt.load_sync_trace(path, spec.window_s)
+        path = beside(spec.file, base_dir)
+        check_input(path, file, f"{where}.file", "windows file")
+        with named_by(file, f"{where}.file"):
+            trace = tt.load_trace(path, spec.window_s)
     else:
-        trace = tt.SyncTrace(tuple(spec.starts or ()), tt.trace_duration(spec.starts or (), spec.window_s))
+        trace = tt.WindowTrace(tuple(spec.starts or ()), tt.trace_duration(spec.starts or (), spec.window_s))
     d = spec.repeat_s if spec.repeat_s is not None else trace.duration
     count = float(len(trace.starts))
     if spec.repeat and d > spec.window_s:

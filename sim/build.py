@@ -38,8 +38,8 @@ def kv_pool(k: KVSpec | None) -> KVPool | None:
     """A sidecar's KV-cache pool (models.engine.kv), or None: unlimited."""
     if k is None:
         return None
-    kv = KVPool(k.blocks, k.block_size, k.watermark, k.reserved)
-    kv.swap, kv.hold = k.swap, k.hold
+    kv = KVPool(k.blocks, k.block_size, k.watermark, k.reserved, k.preemption)
+    kv.hold = k.hold
     if kv.hold and kv.hold >= kv.cap:
         raise ValueError(f"merge buffers ({kv.hold} blocks) leave no KV block of the pool's {k.blocks} while merging")
     return kv

@@ -85,7 +85,8 @@ class Checkpointer:
         n = m.serialize_threads
         hr.cpu.begin(n)  # the serialisers are runnable threads of the host (fleet.host_cores, sim.host)
         s.done.callbacks.append(lambda _e: (hr.cpu.end(n), self._host_done(holds, "ckpt", k, t0)))
-        write = net.fabric.start(self.path(hr.name, "store"), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
+        store = net.graph.nodes[hr.name]["store"]  # the global store, or its island's (merge.checkpoint_store)
+        write = net.fabric.start(self.path(hr.name, store), gbits, 1.0, ser.capacity, ("merge", "ckpt"))
         return [s, write]
 
     def _host_done(self, holds: list[Job], kind: str, host: int, t0: float) -> None:

@@ -33,7 +33,7 @@ from wadiloco.models.engine._fast import (  # compiled or pure (models/engine/_f
 )
 from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep
 from wadiloco.models.engine.kv import KVPool
-from wadiloco.models.engine.latency import LatencyModel
+from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.prefix import PrefixCache
 from wadiloco.sim.fabric import Fabric, Link
 
@@ -67,7 +67,7 @@ class Sidecar:
         env: simpy.Environment,
         idx: int,
         arrivals,
-        lat: LatencyModel,
+        lat: LatencyLaw,
         *,
         max_num_seqs: int,
         max_num_batched_tokens: int,
@@ -101,6 +101,18 @@ class Sidecar:
         )
         if step.frontend and front is None:
             raise ValueError("an engine with frontend work needs a frontend link")
+        self._requests(arrivals, client)
+        self._links(gpu, host, front, pcie, block_bytes)
+        self.wait = env.timeout
+        # The engine stays its links' occupant for good; `interruptible` says whether a call from
+        # the fabric finds it in a wait it can cut short.
+        self.interruptible = False
+        self.la = lookahead or Lookahead()
+        self.proc = env.process(serve(core, self, self.la, fast_forward))
+
+    def _requests(self, arrivals, client) -> None:
+        """The arrival times and per-request results as the sidecar reads them, and the queries."""
+        core = self.core
         # The arrival times: the workload's own array, or (closed loop: models.workload.clients) the engine's,
         # which grows as the client creates requests.
         self.t_arr = arrivals.t
@@ -113,10 +125,13 @@ class Sidecar:
         self.client = client
         # queries on the present state: queue_len(now), running(), counts(now) (models.engine.serving)
         self.queue_len, self.running, self.counts = core.queue_len, core.running, core.counts
+
+    def _links(self, gpu: Link, host: Link, front: Link | None, pcie: Link | None, block_bytes: int) -> None:
+        """The fabric links the engine's work runs on, which it occupies (their fabric calls `_wake`)."""
         self.gpu, self.host, self.front = gpu, host, front
         # swap preemption's copies (KV blocks of block_bytes each) cross the host's PCIe link
         self.pcie, self.block_gbits = pcie, block_bytes * 8 / 1e9
-        if kv is not None and kv.swap and pcie is None:
+        if self.core.kv is not None and self.core.kv.swap and pcie is None:
             raise ValueError("swap preemption needs the host's PCIe link")
         self.gpu_jobs, self.host_jobs = gpu.jobs, host.jobs  # mutated in place by the fabric, never replaced
         # speeds() as of its links' fabrics' generations (Fabric.generation; the engine asks at every
@@ -126,15 +141,9 @@ class Sidecar:
         self._fabrics = fabrics if None not in fabrics else None
         self._speeds_at: list[int] | None = None
         self._speeds = (1.0, 1.0, 1.0)
-        self.wait = env.timeout
-        # The engine stays its links' occupant for good; `interruptible` says whether a call from
-        # the fabric finds it in a wait it can cut short.
-        self.interruptible = False
         gpu.occupant = host.occupant = self._wake
         if front is not None:
             front.occupant = self._wake
-        self.la = lookahead or Lookahead()
-        self.proc = env.process(serve(core, self, self.la, fast_forward))
 
     # -- observation (present state only) -------------------------------------------------------
     def results(self) -> tuple:

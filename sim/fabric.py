@@ -188,11 +188,15 @@ class Fabric:
         return sum(j.rate for j in lk.jobs) / lk.capacity
 
     # -- mechanics ----------------------------------------------------------------------------
-    def _remove(self, job: Job, left: float | None = None) -> None:
-        """Job leaves: its values come back to it (its work left: `left` if given)."""
+    def state(self, job: Job) -> tuple[float, float, float]:
+        """(work left, rate, finish instant) of a job on this fabric (Job.remaining, .rate, .finish)."""
         i = self.jobs.index(job)
-        job._left = self._rem[i] if left is None else left
-        job._rate, job._finish, job.fabric = self._rate[i], self._fin[i], None
+        return self._rem[i], self._rate[i], self._fin[i]
+
+    def _remove(self, job: Job, left: float | None = None) -> None:
+        """Job leaves: its values go with it (its work left: `left` if given)."""
+        i = self.jobs.index(job)
+        job.leave(self._rem[i] if left is None else left, self._rate[i], self._fin[i])
         del self.jobs[i], self._w[i], self._mr[i], self._rem[i], self._rate[i], self._fin[i]
         a, b = self._off[i], self._off[i + 1]
         del self._lk[a:b], self._off[i + 1]
@@ -211,7 +215,7 @@ class Fabric:
 
     def _reallocate(self) -> None:
         """Progressive filling (models.network.fairshare: its float operations, their order and tie-breaks are
-        the plain statement's, which tests/test_fabric.py keeps bit-identical), then each job's finish
+        the plain statement's, which tests/network/test_fabric.py keeps bit-identical), then each job's finish
         and the timer of the next one. The links' peak loads are raised there too."""
         jobs = self.jobs
         now = self.env.now

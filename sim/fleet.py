@@ -25,7 +25,6 @@ from wadiloco.models.results.run import (
     Clients,
     Engines,
     KVPools,
-    Labels,
     PolicyRun,
     PrefixCaches,
     RunResult,
@@ -140,11 +139,12 @@ class Fleet:
         if self._what_if_tapes is None and fleet.shareable():
             self._what_if_tapes = fleet.tapes()
         e2e = censored_e2e(res.requests["e2e"], res.requests["arrival"], float(res.summary["sim_time_s"]))
-        dur = [m.end - m.decided_at for m in res.merges]  # how long each merge held training
+        done = res.completed_merges
+        dur = [m.end - m.decided_at for m in done]  # how long each merge held training
         return WhatIf(
             int(res.summary["slo_violations"]),
             float(e2e.sum()),
-            tuple(m.step for m in res.merges),
+            tuple(m.step for m in done),
             float(np.mean(dur)) if dur else 0.0,
         )
 
@@ -221,7 +221,7 @@ class Fleet:
     def decide(self, step: int) -> bool:
         """The policy's answer for inner step `step`, from what the monitor observes now; or, for a
         planned policy (Policy.next_merge), from the step count, reading nothing of the engines,
-        which may then have run ahead of now (tests/test_policies.py: it equals `decide`'s)."""
+        which may then have run ahead of now (tests/policies/test_policies.py: it equals `decide`'s)."""
         if self.planned:
             return self.policy.next_merge(step - 1, self.trainer.last_merge_step) == step
         return bool(self.policy.decide(self.monitor.observe(step)))
@@ -233,7 +233,7 @@ class Fleet:
         if self.router is not None:  # each sidecar's requests are what the router gave it
             self.arrivals = self.router.delivered()
         wall = time.perf_counter() - t0
-        merges = self.trainer.completed_merges()
+        merges = self.trainer.merges_at_end(self.env.now)  # and one still running at the end, as unfinished
         extras, slo = self._extras(), self.spec.slo
         req = build_requests(self._per_sidecar(), merges, slo, extras)
         summary = build_summary(req, merges, slo, self._figures(req, merges, wall), extras)
@@ -266,7 +266,7 @@ class Fleet:
             self.router,  # a router that routes (router.name not static)
             self.fed,  # disagg: or remote_kv: (the KV hand-offs or fetches)
             Clients(self.clients) if self.clients is not None else None,
-            Labels(spec.labels) if spec.labels is not None else None,  # testbed_labels:
+            *spec.extras,  # the blocks a plug-in resolves (testbed_labels:)
             PolicyRun(self.policy, p.cls, p.h_min, p.h_max, max(self.trainer.island_step, default=0)),
             self.cotenant,
         ]
@@ -280,7 +280,7 @@ class Fleet:
         plan = self.spec.cotenant
         if plan is None or plan.timetable.merge_window_s is None:
             return None
-        return [w for w in (plan.merge_window(m.end) for m in merges) if w is not None]
+        return [w for w in (plan.merge_window(m.end) for m in merges if not m.unfinished) if w is not None]
 
     def _per_sidecar(self) -> list[tuple]:
         """request_table's input: the arrivals' own arrays (no per-request copies: this table is the
@@ -320,7 +320,8 @@ class Fleet:
             "policy": self.spec.policy_name,
             "seed": self.seed,
             "draw": self.draw,
-            "merge_steps": [m.step for m in merges],
+            "merge_steps": [m.step for m in merges if not m.unfinished],
+            "unfinished_merge_step": next((m.step for m in merges if m.unfinished), None),
             "final_loss": self.progress.final_loss(final_step - tr.last_merge_step if tr.island_step else 0),
             "inner_steps": final_step,
             "sim_time_s": float(self.env.now),

@@ -235,9 +235,12 @@ class MergeExecutor:
         self._running += 1
         for phase in phases:
             t0 = self.env.now
+            if p == 0:
+                rec.running = (phase, t0)
             yield from self.run_phase(phase, 1.0 / self.m.fragments)
             if p == 0:
                 rec.phases[phase] = (t0, self.env.now)
+                rec.running = None
         self._running -= 1
         self.bound_changed()
 

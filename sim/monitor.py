@@ -6,7 +6,7 @@ Observation is built from those rows (pressures over `monitor.pressure_window_s`
 present state and the training run's progress: past and present only, never the workload ahead.
 It reads the sidecars through their public queries (`t_arr`, `queue_len`, `running`, `clock`).
 
-Lazy samples (issue 16): an engine's queue and batch at an instant t follow from its per-request
+Lazy samples: an engine's queue and batch at an instant t follow from its per-request
 times when it is open-loop, unrouted and has no KV pool (admission is then FCFS, once per request):
 queue = arrived by t - admitted by t, batch = admitted by t - finished by t. Such a fleet's samples
 take those columns from the request arrays when they are read (`observe`, `timeline`), so the

@@ -1,4 +1,4 @@
-"""Interference probe: the simulated twin of ../shared/calibration/measure_gpu_interference.py.
+"""Interference probe: the simulated twin of the H200 calibration's interference measurement (docs/sources.md).
 
 One host, one sidecar with a fixed workload (decode B=64 at context 1024, or back-to-back
 2048-token prefills), stepping one iteration at a time. A merge phase (the fleet's own

@@ -1,7 +1,9 @@
 """The fleet's network as a networkx graph, and all-reduce flows routed over it.
 
 Nodes: `host:i.h` (one NIC each), `switch:i` (an island's switch), `wan` (the inter-island core),
-`store` (checkpoint storage, reached from the WAN core). Edges are directed (links are full
+`store` (checkpoint storage, reached from the WAN core), or with `merge.checkpoint_store:
+per_island` a `store:i` per island, reached from its switch (each host node names its store in
+its `store` attribute). Edges are directed (links are full
 duplex) and carry a capacity in Gb/s: NIC = nic_gbps, switch backplane, island uplink =
 interisland_gbps * wan_efficiency (`auto`: the share a socket ring all-reduce gets of a link at
 that rate, models.network.collective). Each edge becomes one `Link` in the network fabric, so flows
@@ -27,17 +29,22 @@ def build_graph(fleet: FleetSpec) -> nx.DiGraph:
     """The topology with its capacities (already +inf where fleet.unlimited names them: models.spec.run)."""
     g = nx.DiGraph()
     nic, sw, wan = fleet.nic_gbps, fleet.switch_gbps, fleet.wan_gbps
+    per_island = fleet.checkpoint_store == "per_island"
     g.add_node("wan", kind="core")
-    g.add_node("store", kind="storage")
-    g.add_edge("wan", "store", capacity=fleet.store_gbps, kind="storage")
+    if not per_island:
+        g.add_node("store", kind="storage")
+        g.add_edge("wan", "store", capacity=fleet.store_gbps, kind="storage")
     for i in range(fleet.islands):
         s = f"switch:{i}"
         g.add_node(s, kind="switch", island=i)
         g.add_edge(s, "wan", capacity=wan, kind="wan")
         g.add_edge("wan", s, capacity=wan, kind="wan")
+        if per_island:
+            g.add_node(f"store:{i}", kind="storage", island=i)
+            g.add_edge(s, f"store:{i}", capacity=fleet.island_store_gbps, kind="storage")
         for h in range(fleet.hosts_per_island):
             n = host_node(i, h)
-            g.add_node(n, kind="host", island=i)
+            g.add_node(n, kind="host", island=i, store=f"store:{i}" if per_island else "store")
             g.add_edge(n, s, capacity=nic, kind="nic")
             g.add_edge(s, n, capacity=nic, kind="nic")
     # The switch backplane: one self-describing edge per island, crossed by every intra-island hop.

@@ -55,6 +55,10 @@ class MergeRecord:
     start: float = 0.0  # barrier complete, phases begin
     end: float = 0.0
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)
+    running: tuple[str, float] | None = None  # (phase, its start) while a phase runs
+    # still running when the run ended (Trainer.merges_at_end): `end` is the run's end, the phase that
+    # ran then is cut there, and a merge still waiting at its barrier starts there too (no phases)
+    unfinished: bool = False
 
     @property
     def duration(self) -> float:
@@ -102,6 +106,7 @@ class Trainer:
         # what the lookahead bound asks: with `computing`, islands stopping at the horizon release the GPU
         self.next_touch_at = self.next_decision_at if computing is None else self._next_decision_or_stop
         self.horizon, self.n_islands = spec.horizon_s, spec.islands
+        self.enabled = spec.enabled
         n_islands = spec.islands
         self.step_time, self.jitter = spec.step_time_s, spec.step_jitter
         self.island_step = [0] * n_islands
@@ -127,7 +132,12 @@ class Trainer:
         self.view = TrainingView(self)
 
     def start(self) -> None:
-        """Start the islands' processes (after the monitor's: the order of same-instant events)."""
+        """Start the islands' processes (after the monitor's: the order of same-instant events). With
+        training off (training.enabled false) none starts: every island has stopped, asks nothing and
+        holds nothing."""
+        if not self.enabled:
+            self._ends = [INF] * self.n_islands
+            return
         for i in range(self.n_islands):
             if self.computing is not None:
                 self.computing(i, True)
@@ -157,6 +167,22 @@ class Trainer:
 
     def completed_merges(self) -> list[MergeRecord]:
         return [m for m in self.merges if m.end > 0]
+
+    def merges_at_end(self, now: float) -> list[MergeRecord]:
+        """Every merge of the run: the completed ones, then the one still in progress at `now` (the
+        run's end), if any, marked `unfinished`: the phases it finished, and the one it was running
+        cut at `now` (a merge still waiting at its barrier has none and starts at `now`)."""
+        out = self.completed_merges()
+        last = self.merges[-1] if self.merges else None
+        if last is None or last.end > 0:
+            return out
+        phases = dict(last.phases)
+        if last.running is not None:
+            name, t0 = last.running
+            phases[name] = (t0, now)
+        start = last.start if phases else now
+        out.append(MergeRecord(last.index, last.step, last.decided_at, start, now, phases, unfinished=True))
+        return out
 
     def _durations(self, i: int, m: int) -> deque:
         """Island i's queue of step times, holding at least m. Drawn in blocks: one numpy call
@@ -322,8 +348,10 @@ class Trainer:
         self._in_merge = True
         for phase in self.phases:
             t0 = env.now
+            rec.running = (phase, t0)
             yield from self.run_phase(phase)
             rec.phases[phase] = (t0, env.now)
+        rec.running = None
         rec.end = env.now
         self.merged(rec.step - self.last_merge_step)
         self.last_merge_step = rec.step

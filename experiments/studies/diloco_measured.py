@@ -12,7 +12,6 @@ warmup) is read off the run's step ends and merges. docs/network.md gives the mo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.network import collective as co
-from wadiloco.models.spec.files import read_text
+from wadiloco.models.spec.files import describe, json_text, read_text, strict_number
 
 DATA = Path(__file__).resolve().parents[2] / "models" / "data" / "diloco_measured.json"
 UNSHAPED_NIC_BPS = 20e9  # g6e.2xlarge: "up to 20 Gb/s", the nominal rate of an unshaped NIC
@@ -89,16 +88,16 @@ def _num(obj, key: str, file, where: str, *, none_ok: bool = False, zero_ok: boo
     v = obj.get(key) if isinstance(obj, dict) else None
     if v is None and none_ok:
         return None
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    if not (ok and (v > 0 or (zero_ok and v == 0))):
-        raise InputError(file, _at(where, key), f"must be a number {'>= 0' if zero_ok else '> 0'} (got {v!r})")
-    return float(v)
+    x, why = strict_number(v)  # finite, not a boolean, not an integer too large for a float
+    if why or not (x > 0 or (zero_ok and x == 0)):
+        raise InputError(file, _at(where, key), f"must be a number {'>= 0' if zero_ok else '> 0'} (got {describe(v)})")
+    return x
 
 
 def _int(obj, key: str, file, where: str, lo: int) -> int:
     v = obj.get(key) if isinstance(obj, dict) else None
     if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-        raise InputError(file, _at(where, key), f"must be an integer >= {lo} (got {v!r})")
+        raise InputError(file, _at(where, key), f"must be an integer >= {lo} (got {describe(v)})")
     return v
 
 
@@ -117,7 +116,7 @@ def _spec(run, file, where: str) -> tuple:
     where = f"{where}.spec"
     alg = s.get("algorithm")
     if alg not in ALGORITHMS:
-        raise InputError(file, f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)} (got {alg!r})")
+        raise InputError(file, f"{where}.algorithm", f"must be one of {', '.join(ALGORITHMS)} (got {describe(alg)})")
     h, b, w = (
         _int(s, "H", file, where, 1),
         _int(s, "budget_value", file, where, 1),
@@ -147,7 +146,7 @@ def _cells(runs: list, file, part: str, measured: bool) -> tuple[list[Cell], int
         where = f"{part}[{i}]"
         name = run.get("cell") if isinstance(run, dict) else None
         if not isinstance(name, str) or not name:
-            raise InputError(file, f"{where}.cell", f"must be a cell name (got {name!r})")
+            raise InputError(file, f"{where}.cell", f"must be a cell name (got {describe(name)})")
         *spec, n = _spec(run, file, where)
         ranks.add(n)
         groups.setdefault(name, []).append((where, spec, _measured(run, file, where) if measured else None))
@@ -167,10 +166,7 @@ def _cells(runs: list, file, part: str, measured: bool) -> tuple[list[Cell], int
 def load(path: Path | str | None = None) -> dict:
     """The data file read and checked: parameter count, ranks, network profile, fit and predict cells."""
     p = DATA if path is None else Path(path)
-    try:
-        doc = json.loads(read_text(p, "diloco-measured runs file"))
-    except ValueError as e:
-        raise InputError(p, "", f"not JSON ({e})") from None
+    doc = json_text(read_text(p, "diloco-measured runs file"), p)  # strict: no NaN, no 400-digit integer
     if not isinstance(doc, dict):
         raise InputError(p, "", "expected an object with n_params, network_profile, fit and predict")
     prof, at = doc.get("network_profile"), "network_profile"
@@ -320,7 +316,7 @@ def run_cell(cell: Cell, fit: ClusterFit, data: dict):
     horizon = _horizon(cell, fit, data)
     for _ in range(20):
         res = simulate(from_dict(scenario(cell, fit, data, horizon), f"<{cell.name}>"), 0)
-        done = {m.step for m in res.merges}
+        done = {m.step for m in res.completed_merges}
         if any(k == cell.budget for k, _, _ in res.decisions) and (cell.budget % cell.H or cell.budget in done):
             return res
         horizon *= 2
@@ -333,7 +329,7 @@ def window(res, cell: Cell, fit: ClusterFit) -> dict:
     outer steps run in it (the outer step after the window's first sync lands on its first step, the
     one after its last on the step after the window); sync: the timed syncs, barrier to all-reduce end."""
     ends = {0: 0.0, **{k: t for k, t, _ in res.decisions}}
-    merges = {m.step: m for m in res.merges}
+    merges = {m.step: m for m in res.completed_merges}
 
     def edge(k: int) -> float:
         return merges[k].phases["allreduce"][1] if k in merges else ends[k]
@@ -356,7 +352,7 @@ def window(res, cell: Cell, fit: ClusterFit) -> dict:
 def ddp_window(res, cell: Cell, fit: ClusterFit, n_params: int) -> dict:
     """A DDP run: the fleet's all-reduce of a step, less what backward hides (the fleet blocks a step
     for all of it; DDP starts it during backward: that overlap is taken off here, beside the run)."""
-    ars = [m.phases["allreduce"] for m in res.merges if cell.warmup < m.step <= cell.budget]
+    ars = [m.phases["allreduce"] for m in res.completed_merges if cell.warmup < m.step <= cell.budget]
     ar = sum(b - a for a, b in ars) / len(ars)
     run = _ddp_run(cell, n_params)
     blocked = co.DDPRun(run.nominal_bps, 0.0, run.compute_s, run.grad_bytes, fit.ddp_overlap).blocked(ar)

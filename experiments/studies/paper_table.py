@@ -28,8 +28,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from wadiloco.experiments.output import read_table
 from wadiloco.experiments.protocol import SE
+from wadiloco.models.errors import InputError
 from wadiloco.models.results.metrics import MERGES, P95_RATIO_MATCHED
+from wadiloco.models.spec.files import check_input
 
 START = "<!-- paper-table:start -->"
 END = "<!-- paper-table:end -->"
@@ -65,7 +68,7 @@ REQUIRED = [
 
 # ---- what the paper reports -----------------------------------------------------------------
 # Source: Twelftree, Lemphers, He, Yang (2026), "Not Every Sync Is Safe: Calibrated DiLoCo Scheduling
-# for Shared AI Infrastructure" (CC BY 4.0), as restated in ../shared/SPEC.md section 1 ("Its
+# for Shared AI Infrastructure" (CC BY 4.0), as restated in docs/sources.md, the paper ("Its
 # findings" table). The paper's percentages are sync-excess SLO-violation rates (violations with
 # merges minus the same run without merges). These are the paper's numbers, shown for comparison
 # only; nothing in the simulator is fitted to them.
@@ -227,21 +230,17 @@ def paper_value(regime: str, label: str, name: str) -> str:
 
 def read_summary(out_dir: Path) -> pd.DataFrame:
     p = out_dir / "summary.csv"
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no summary.csv (run `wadiloco sweep experiments/paper.yaml --out {out_dir}`)")
-    df = pd.read_csv(p, keep_default_na=True)
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise ValueError(f"{p}: missing columns {', '.join(missing)}")
-    return df
+    if not p.exists() and not p.is_symlink():
+        raise InputError(p, "", f"no summary.csv here (run `wadiloco sweep experiments/paper.yaml --out {out_dir}`)")
+    return read_table(p, REQUIRED, "sweep's summary.csv")
 
 
 def _draws(out_dir: Path) -> dict[str, int]:
     """Runs per seed of each policy (matched controls: R), from runs.csv when it is there."""
     p = out_dir / "runs.csv"
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         return {}
-    runs = pd.read_csv(p, usecols=["policy", "draw"])
+    runs = read_table(p, ("policy", "draw"), "sweep's runs.csv")
     return {k: int(v) + 1 for k, v in runs.groupby("policy")["draw"].max().items()}
 
 
@@ -356,7 +355,7 @@ def update_page(path: str | Path, table: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wadiloco.models.errors import InputError
+    from wadiloco.experiments.cli import one_error_path
 
     ap = argparse.ArgumentParser(
         prog="python -m wadiloco.experiments.studies.paper_table", description=__doc__.split("\n")[0]
@@ -365,13 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc", help="replace the text between the paper-table markers in this Markdown page")
     ap.add_argument("--full-verdicts", action="store_true", help="print the claim gate's verdicts in full")
     args = ap.parse_args(argv)
-    try:
-        table = render_table(args.out_dir, full_verdicts=args.full_verdicts)
-        if args.doc:
-            update_page(args.doc, table)
-    except (ValueError, OSError, InputError) as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
+    return one_error_path(lambda: _main(args))
+
+
+def _main(args) -> int:
+    if args.doc:  # the page is checked before any work (a FIFO, a device, a folder: refused now, nothing made)
+        check_input(args.doc, args.doc, "--doc", "Markdown page")
+    table = render_table(args.out_dir, full_verdicts=args.full_verdicts)
+    if args.doc:
+        update_page(args.doc, table)
     sys.stdout.write(table)
     if args.doc:
         sys.stderr.write(f"updated the paper table in {args.doc}\n")

@@ -1,8 +1,8 @@
 """The twin's numbers from a testbed sweep's store: the Stage 10 side by side, and the Stage 11-13
-predictions with the testbed protocol's statistics (paper_testbed.md section 5).
+predictions with the testbed protocol's statistics (docs/sources.md, testbed 5).
 
 Every run of a testbed scenario carries the testbed's own summary (`summary["testbed"]`, made from
-the labelled request table: models.results.metrics.testbed_figures). Here:
+the labelled request table: models.testbed.labels.testbed_figures). Here:
 - Stage 10: per calibration run, the simulated figures beside the measured ones (models/data/
   testbed/stage10.yaml) and the relative error of each. The serving run is deterministic, so the
   first seed's no_sync run is the run.

@@ -25,6 +25,8 @@ from typing import Any
 from wadiloco.experiments.output import replace_section, to_jsonable
 from wadiloco.experiments.studies import testbed_predict as tp
 from wadiloco.experiments.studies import testbed_sensitivity as ts
+from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import check_input
 
 START = "<!-- testbed-table:start -->"
 END = "<!-- testbed-table:end -->"
@@ -46,6 +48,13 @@ NOTES = {  # runs the profile's per-model iteration law does not cover, and why
 def collect(out_dir: str | Path) -> dict[str, Any]:
     """The JSON object: Stage 10 rows, predictions, and the sensitivity of each prediction."""
     runs = tp.load_runs(out_dir)
+    if not runs:
+        raise InputError(
+            Path(out_dir) / "runs.sqlite",
+            "",
+            "no run in this sweep carries the testbed's figures (testbed_labels): it is not a sweep of "
+            "experiments/testbed.yaml; run `wadiloco sweep experiments/testbed.yaml --out DIR` first",
+        )
     preds = tp.predictions(runs)
     out: dict[str, Any] = {"stage10": tp.stage10_rows(runs), "predictions": preds}
     sens = ts.read_variants(out_dir, preds)
@@ -54,7 +63,7 @@ def collect(out_dir: str | Path) -> dict[str, Any]:
     return out
 
 
-# the policies each stage ran in the artifact (paper_testbed.md 4); the twin's extra no_sync baselines
+# the policies each stage ran in the artifact (docs/sources.md, testbed 4); the twin's extra no_sync baselines
 # (Stages 11 and 13) stay in --json-detail and the Markdown
 STAGE11 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "pressure_gate_matched", "random_matched", "wa_diloco")
 STAGE12 = ("fixed_h_256", "fixed_h_512", "pressure_gate", "wa_diloco", "stage12_calibrated_replay", "no_sync")
@@ -140,7 +149,7 @@ def predictions_table(preds: dict) -> list[str]:
     return _md(header, body)
 
 
-# The paper's own Stage 12-13 figures (SLO-violation %, ../shared/SPEC.md section 1) and the twin's
+# The paper's own Stage 12-13 figures (SLO-violation %, docs/sources.md, the paper) and the twin's
 # cell each is set beside: (stage, the twin's policy, what the paper names, its figure).
 PAPER_FIGURES = [
     ("stage12_bursty", "stage12_calibrated_replay", "offline calibrated oracle", 4.45),
@@ -183,7 +192,7 @@ def update_page(path: str | Path, table: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from wadiloco.models.errors import InputError
+    from wadiloco.experiments.cli import one_error_path
 
     prog = "python -m wadiloco.experiments.studies.testbed_table"
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
@@ -194,16 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sensitivity", action="store_true", help="run the assumption variants into DIR/sensitivity")
     ap.add_argument("--workers", type=int, default=2, help="worker processes for --sensitivity")
     args = ap.parse_args(argv)
-    try:
-        if args.sensitivity:
-            ts.run_variants(args.out_dir, workers=args.workers)
-        data = collect(args.out_dir)
-        table = render(data)
-        if args.doc:
-            update_page(args.doc, table)
-    except (ValueError, OSError, InputError) as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
+    return one_error_path(lambda: _main(args))
+
+
+def _main(args) -> int:
+    if args.doc:  # the page is checked before any work (a FIFO, a device, a folder: refused now, nothing made)
+        check_input(args.doc, args.doc, "--doc", "Markdown page")
+    if args.sensitivity:
+        ts.run_variants(args.out_dir, workers=args.workers)
+    data = collect(args.out_dir)
+    table = render(data)
+    if args.doc:
+        update_page(args.doc, table)
     if args.json or args.json_detail:
         obj = data if args.json_detail else issue_json(data)
         sys.stdout.write(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")

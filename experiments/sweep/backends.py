@@ -14,12 +14,14 @@ scheduler uses: `workers`, `submit(task)`, `wait(handles)` (those done, at least
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import logging
 import multiprocessing as mp
 import os
 import re
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from wadiloco.experiments.sweep.worker import execute_task, init_local_worker
@@ -89,6 +91,38 @@ def probe_scheduler(addr: str, timeout: float | None = None) -> None:
         fail("answered with something other than a Dask message")
 
 
+@contextlib.contextmanager
+def process_pool(workers: int, plugins: tuple[str, ...] = ()) -> Iterator[cf.ProcessPoolExecutor]:
+    """A pool of spawned worker processes that never outlives its command: each worker leaves
+    Ctrl-C, SIGTERM and SIGHUP to the parent, loads the plugins, and exits if the parent dies
+    (worker.init_local_worker; a worker waiting for work would otherwise wait forever, since the
+    pool's queues stay open in its siblings); on the way out the pool is shut down after success,
+    and its workers killed after an error, a stop or a time-out (never waited for)."""
+    ex = cf.ProcessPoolExecutor(
+        max_workers=max(1, int(workers)),
+        mp_context=mp.get_context("spawn"),
+        initializer=init_local_worker,
+        initargs=(os.getpid(), tuple(plugins)),
+    )
+    try:
+        yield ex
+    except BaseException:
+        kill_pool(ex)
+        raise
+    ex.shutdown(wait=True)
+
+
+def kill_pool(ex: cf.ProcessPoolExecutor) -> None:
+    """Stop a pool now: queued tasks cancelled, its workers killed (they ignore SIGTERM) and reaped."""
+    procs = list(getattr(ex, "_processes", {}).values())  # the workers this pool started
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=5)
+
+
 class LocalBackend:
     name = "local"
 
@@ -127,15 +161,8 @@ class LocalBackend:
             return {"status": "error", "error": f"{type(e).__name__}: {e}"}
 
     def _kill(self) -> None:
-        if self.ex is None:
-            return
-        procs = list(getattr(self.ex, "_processes", {}).values())  # the workers this pool started
-        self.ex.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            if p.is_alive():
-                p.kill()  # workers ignore SIGTERM (the parent handles it), not SIGKILL
-        for p in procs:
-            p.join(timeout=5)
+        if self.ex is not None:
+            kill_pool(self.ex)
 
     def close(self, cancel: bool = False) -> None:
         if self.ex is None:

@@ -7,6 +7,7 @@ wadiloco export DIR --format csv|parquet [--output FILE]
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -69,7 +70,7 @@ def _print_verdicts(summary) -> None:
             if row.role != "policy":
                 continue
             se = row.sync_excess_mean
-            ses = f"{se * 100:+.2f} pts" if se == se else "n/a"
+            ses = "n/a" if math.isnan(se) else f"{se * 100:+.2f} pts"
             print(f"  {row.policy:<32} sync-excess {ses:>11}  {row.verdict}")
 
 

@@ -116,9 +116,9 @@ def record_provenance(store: Store, plan: Plan, resume: bool) -> None:
     revision says so. A store made before provenance was kept gets it on its first resume, noted."""
     from wadiloco.experiments import provenance
 
-    raw = store.meta(PROVENANCE_KEY)
-    rec = json.loads(raw) if raw else provenance.of_sweep(plan)
-    if raw is None and resume:
+    old = store.provenance()
+    rec = old if old is not None else provenance.of_sweep(plan)
+    if old is None and resume:
         rec["note"] = "recorded on a resume: the sessions before it ran without a provenance record"
     rec.setdefault("sessions", []).append(provenance.session(resume, store.counts().get("ok", 0)))
     store.set_meta(PROVENANCE_KEY, json.dumps(rec, sort_keys=True, separators=(",", ":")))
@@ -132,11 +132,17 @@ def _refuse_other(plan: Plan, out: Path, resume: bool) -> None:
     except InputError:
         return
     try:
-        if ro.identity() is not None:
+        ident = ro.identity()
+    except InputError:
+        ro.close()
+        return
+    try:
+        if ident is not None:
             _check_identity(ro, plan, out, resume)
-    except InputError as e:
-        if e.file == str(out):  # this store's verdict, not a reading problem
-            raise
+            ro.provenance()
+            for _ in ro.rows():  # every stored run read as the report will read it: damage found before any write
+                pass
+            ro.check_details()
     finally:
         ro.close()
 

@@ -30,13 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wadiloco.experiments.sweep.plugins import load_plugins, plugin_modules
-from wadiloco.experiments.sweep.spec import BootstrapSpec, GateSpec, PolicySpec, SweepSpec, read_spec
+from pydantic import ValidationError
+
+from wadiloco.experiments.store import DAMAGED
+from wadiloco.experiments.sweep.plugins import load_plugins, plugin_files, plugin_modules
+from wadiloco.experiments.sweep.spec import BootstrapSpec, Entry, GateSpec, PolicySpec, SweepSpec, read_spec
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import POLICIES
 from wadiloco.models.policies.registry import unknown_policy
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.limits import check_count, check_run
 from wadiloco.models.spec.load import Scenario, check_policy, load_scenario, with_overrides
+from wadiloco.models.spec.resolve import resolve
 from wadiloco.models.spec.schema import input_problem, read_input
 
 BASELINE = "no_sync"
@@ -54,6 +59,7 @@ class Regime:
     horizon_s: float | None = None
     workload: str | None = None
     scenario: Scenario | None = field(default=None, repr=False, compare=False)  # None when read back
+    load: float | None = None  # workload.load, where the workload states one (a sidecar's capacity = 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,11 +68,14 @@ class Regime:
             "scenario_hash": self.digest,
             "horizon_s": self.horizon_s,
             "workload": self.workload,
+            "load": self.load,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Regime:
-        return cls(d["name"], d.get("path", ""), d["scenario_hash"], d.get("horizon_s"), d.get("workload"))
+        return cls(
+            d["name"], d.get("path", ""), d["scenario_hash"], d.get("horizon_s"), d.get("workload"), load=d.get("load")
+        )
 
 
 @dataclass(frozen=True)
@@ -221,6 +230,20 @@ class Plan:
             inputs=dict(d.get("inputs") or {}),
         )
 
+    @classmethod
+    def from_store(cls, store) -> Plan:
+        """The plan a store (experiments.store.Store) keeps; a damaged one is an input error naming it."""
+        try:
+            plan = cls.from_dict(store.plan())
+            if not plan.seeds or not plan.regimes or not plan.arms:
+                raise ValueError("no seeds, regimes or policies")
+            return plan
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ValidationError) as e:
+            why = f"missing {e}" if isinstance(e, KeyError) else type(e).__name__
+            raise InputError(
+                store.path, "meta.plan", f"its sweep description is malformed ({why}); {DAMAGED}"
+            ) from None
+
 
 # ---- building a plan from a sweep file ---------------------------------------------------------
 
@@ -235,15 +258,18 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
     file = str(file)
     plugins = plugin_modules()
     load_plugins(plugins)
+    entries = [e for i, r in enumerate(spec.regimes) for e in r.expand(i)]
+    check_count("runs", len(entries) * len(spec.seeds), file, "regimes", "runs of no_sync alone (regimes x seeds)")
     regimes: list[Regime] = []
-    for i in range(len(spec.regimes)):
-        reg = _regime(spec, i, file, Path(base_dir))
+    scenarios: dict[Path, Scenario] = {}  # each file is read once, however many regimes start from it
+    for e in entries:
+        reg = _regime(spec, e, file, Path(base_dir), scenarios)
         if any(x.name == reg.name for x in regimes):
-            raise InputError(
-                file, f"regimes.{i}.name", f"two regimes are named {reg.name!r}; give each a distinct `name`"
-            )
+            where = f"regimes.{e.index}." + ("product" if e.from_product else "name")
+            raise InputError(file, where, f"two regimes are named {reg.name!r}; give each a distinct `name`")
         regimes.append(reg)
-    arms = _arms(spec, file, regimes)
+    groups = _groups(spec, entries, regimes, file)
+    arms = _arms(spec, file, regimes, groups)
     _check_size(spec, arms, regimes, file)
     return Plan(
         name=spec.name,
@@ -256,8 +282,21 @@ def build_plan(spec: SweepSpec, file: str | Path, base_dir: str | Path) -> Plan:
         bootstrap=spec.bootstrap,
         gate=spec.gate,
         plugins=plugins,
-        inputs=input_digests([r.scenario for r in regimes], plugins),
+        inputs=input_digests([r.scenario for r in regimes], plugins, [a.params for a in arms]),
     )
+
+
+def _groups(spec: SweepSpec, entries: list[Entry], regimes: list[Regime], file: str) -> dict[str, list[str]]:
+    """Each `regimes[].group` and the names of its regimes; a group may not share a regime's name."""
+    names = {r.name for r in regimes}
+    out: dict[str, list[str]] = {}
+    for e, reg in zip(entries, regimes):
+        if e.group is None:
+            continue
+        if e.group in names:
+            raise InputError(file, f"regimes.{e.index}.group", f"{e.group!r} is a regime's name too; rename the group")
+        out.setdefault(e.group, []).append(reg.name)
+    return out
 
 
 def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: str) -> None:
@@ -271,18 +310,21 @@ def _check_size(spec: SweepSpec, arms: list[Arm], regimes: list[Regime], file: s
     check_count("runs", n, file, field, "runs in this sweep (regimes x policies x seeds x draws)", other)
 
 
-def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = ()) -> dict[str, str]:
+def input_digests(scenarios: list[Scenario], plugins: tuple[str, ...] = (), params: list[dict] = ()) -> dict[str, str]:
     """sha256 of every file the runs read besides the scenario (whose parsed content is its digest):
-    any string field naming an existing file (a trace, a profile), the plugin files and the packaged
-    calibration. Part of the sweep's identity, so --resume after editing one starts no mixture."""
+    any string naming an existing file in a scenario or in a policy's params (a trace, a profile, a
+    windows file, a replay schedule; relative to the scenario, as the runs read them), the plugins'
+    files (a .py path, or a module's source files) and the packaged calibration. Part of the
+    sweep's identity, so --resume after editing one starts no mixture."""
     from importlib import resources
 
     from wadiloco.models.engine.latency import CALIBRATION_FILE
 
-    files = {str(Path(p)) for p in plugins if p.endswith(".py")}
+    files = {str(f.resolve()) for f in plugin_files(plugins)}
     for sc in scenarios:
-        for s in _strings(sc.model_dump(mode="json")):
-            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s else None
+        strings = [*_strings(sc.model_dump(mode="json")), *(x for p in params for x in _strings(p))]
+        for s in strings:
+            p = Path(s).expanduser() if 0 < len(s) < 4096 and "\n" not in s and "\0" not in s else None
             p = p if p is None or p.is_absolute() else Path(sc.base_dir) / p
             if p is not None and p.is_file():
                 files.add(str(p.resolve()))
@@ -314,15 +356,16 @@ def _strings(obj: Any):
             yield from _strings(v)
 
 
-def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
+def _regime(spec: SweepSpec, e: Entry, file: str, base: Path, scenarios: dict[Path, Scenario]) -> Regime:
     """A regime: its scenario + the sweep-wide overrides + the regime's own overrides."""
-    r = spec.regimes[i]
-    p = Path(r.path)
+    p = Path(e.path)
     p = p if p.is_absolute() else base / p
-    problem = input_problem(p, "scenario file")
-    if problem:
-        raise InputError(file, f"regimes.{i}.path", f"{r.path}: {problem} (looked for {p})")
-    sc = load_scenario(p)
+    if p not in scenarios:
+        problem = input_problem(p, "scenario file")
+        if problem:
+            raise InputError(file, e.path_at, f"{e.path}: {problem} (looked for {p})")
+        scenarios[p] = load_scenario(p)
+    sc = scenarios[p]
     # The scenario's own `policy` is not used by a sweep (the sweep names its policies), so it
     # is neutralised first: it cannot clash with an overridden corridor, and it does not enter
     # the scenario hash.
@@ -332,29 +375,38 @@ def _regime(spec: SweepSpec, i: int, file: str, base: Path) -> Regime:
         merged[k], origin[k] = v, f"overrides.{k}"
     if spec.horizon_s is not None:
         merged["horizon_s"], origin["horizon_s"] = spec.horizon_s, "horizon_s"
-    for k, v in r.overrides.items():
-        merged[k], origin[k] = v, f"regimes.{i}.overrides.{k}"
+    merged.update(e.overrides)
+    origin.update(e.origin)
     try:
         sc = with_overrides(sc, merged)
-    except InputError as e:
+    except InputError as err:
         # a field-level problem names its override; a scenario-wide one (e.g. h_min > h_max)
         # names the most specific override block
-        where = origin.get(e.where) or next(
-            (w for k, w in origin.items() if e.where and (k.startswith(e.where + ".") or e.where.startswith(k))),
-            f"regimes.{i}.overrides" if r.overrides else "overrides",
+        where = origin.get(err.where) or next(
+            (w for k, w in origin.items() if err.where and (k.startswith(err.where + ".") or err.where.startswith(k))),
+            f"regimes.{e.index}.overrides" if e.overrides else "overrides",
         )
         raise InputError(
-            file, where, f"does not apply to {p}: {e.where + ': ' if e.where else ''}{e.message}"
+            file, where, f"does not apply to {p}: {err.where + ': ' if err.where else ''}{err.message}"
         ) from None
-    name = r.name or sc.name
-    check_run(sc, file=file, prefix=f"regimes.{i} ({name}): ")  # before any output exists
-    return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc)
+    name = e.name or sc.name
+    with named_by(file, f"regimes.{e.index} ({name})"):
+        run = resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
+    check_run(run, file=file, prefix=f"regimes.{e.index} ({name}): ")  # before any output exists
+    return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc, _load_of(sc))
 
 
-def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:
+def _load_of(sc: Scenario) -> float | None:
+    """The workload's load (a fraction of a sidecar's capacity), if it states one."""
+    load = sc.workload.get("load")
+    return float(load) if isinstance(load, int | float) and not isinstance(load, bool) else None
+
+
+def _arms(spec: SweepSpec, file: str, regimes: list[Regime], groups: dict[str, list[str]]) -> list[Arm]:
     """The arms in the YAML's order; a control's arms follow its references' order."""
     counts = Counter(ps.name for ps in spec.policies)
-    entries = [(i, ps, _check_entry(i, ps, counts, regimes, file)) for i, ps in enumerate(spec.policies)]
+    policies = [_ungroup(i, ps, groups, regimes, file) for i, ps in enumerate(spec.policies)]
+    entries = [(i, ps, _check_entry(i, ps, counts, regimes, file)) for i, ps in enumerate(policies)]
     plain: dict[str, PolicySpec] = {}
     for i, ps, label in entries:
         if not ps.references:
@@ -391,14 +443,23 @@ def _arms(spec: SweepSpec, file: str, regimes: list[Regime]) -> list[Arm]:
     return arms
 
 
+def _ungroup(i: int, ps: PolicySpec, groups: dict[str, list[str]], regimes: list[Regime], file: str) -> PolicySpec:
+    """The entry with the groups its `regimes` names replaced by their regimes (each once)."""
+    if ps.regimes is None:
+        return ps
+    names = {r.name for r in regimes}
+    out: list[str] = []
+    for j, rn in enumerate(ps.regimes):
+        if rn not in names and rn not in groups:
+            known = ", ".join(list(groups) + [r.name for r in regimes][:20]) + (", ..." if len(regimes) > 20 else "")
+            where = f"policies.{i}.regimes.{j}"
+            raise InputError(file, where, f"no regime or group named {rn!r} in this sweep ({known})")
+        out += [n for n in groups.get(rn, [rn]) if n not in out]
+    return ps.model_copy(update={"regimes": out})
+
+
 def _check_entry(i: int, ps: PolicySpec, counts: Counter, regimes: list[Regime], file: str) -> str:
     """Check one policy entry against the registry and the regimes; its label."""
-    names = [r.name for r in regimes]
-    for j, rn in enumerate(ps.regimes or []):
-        if rn not in names:
-            raise InputError(
-                file, f"policies.{i}.regimes.{j}", f"no regime named {rn!r} in this sweep (regimes: {', '.join(names)})"
-            )
     if ps.name not in POLICIES:
         raise InputError(file, f"policies.{i}.name", unknown_policy(ps.name))
     takes_ref = POLICIES[ps.name].takes_reference

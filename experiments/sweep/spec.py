@@ -6,6 +6,11 @@ A sweep YAML names
     regimes:                          # scenario files, relative to this YAML
       - ../scenarios/normal.yaml
       - {path: ../scenarios/bursty.yaml, name: bursty_small, overrides: {fleet.hosts_per_island: 1}}
+      - product:                      # designs x workloads: v1__bursty, v1__aperiodic, v0__bursty, ...
+          design: {v1: {}, v0: {engine.step: sequential}}
+          workload: {bursty: ../scenarios/bursty.yaml, aperiodic: ../scenarios/aperiodic.yaml}
+        overrides: {fleet.islands: 2}
+        group: designs                # policies[].regimes may name the group
     horizon_s: 300                    # optional: every regime's horizon
     overrides: {drain_s: 60}          # optional: dotted scenario fields for every regime
     policies:
@@ -24,27 +29,118 @@ How the entries expand into arms and runs: experiments/sweep/plan.py.
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.schema import Strict, check_finite, read_yaml, validate
 
+SEP = "__"  # joins a product's level names into a regime name
+
 
 class RegimeSpec(Strict):
-    """One regime of the sweep: a scenario file, optionally renamed and changed."""
+    """One entry of `regimes`: a scenario file (one regime), or a product of axes (one regime per
+    combination of their levels, named by joining the levels' names with `__`)."""
 
-    path: str = Field(min_length=1, description="Scenario YAML, relative to the sweep file. Source: the sweep.")
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="Scenario YAML, relative to the sweep file; required unless a `product` axis names the "
+        "scenarios. Source: the sweep.",
+    )
     name: str | None = Field(
         None,
         min_length=1,
-        description="The regime's name in the results; null: the scenario's name. Source: the sweep.",
+        description="The regime's name in the results; null: the scenario's name (a product's names come from its "
+        "levels). Source: the sweep.",
     )
     overrides: dict[str, Any] = Field(
-        {}, description="Dotted scenario fields for this regime, e.g. fleet.islands: 2. Source: the sweep."
+        {},
+        description="Dotted scenario fields for this regime (every regime of a product; a level's own win), e.g. "
+        "fleet.islands: 2. Source: the sweep.",
     )
+    product: dict[str, dict[str, str | dict[str, Any]]] | None = Field(
+        None,
+        description="Axes, in order, each a mapping of level name -> a scenario path (the axis that names the "
+        "scenarios, e.g. workloads) or dotted overrides (e.g. designs, mitigations, loads); one regime per "
+        "combination, named LEVEL__LEVEL__..., in the order of the axes (the last varies fastest). Source: the "
+        "sweep.",
+    )
+    group: str | None = Field(
+        None,
+        min_length=1,
+        description="A name for this entry's regimes that `policies[].regimes` may use instead of listing them; "
+        "several entries may share one. Source: the sweep.",
+    )
+
+    @model_validator(mode="after")
+    def _one_scenario_each(self):
+        if self.product is None:
+            return self  # a missing `path` is named by read_spec, where the field can be
+        if self.name is not None:
+            raise ValueError("a product's regimes are named by its levels; remove `name`")
+        if not self.product:
+            raise ValueError("`product` needs at least one axis")
+        paths = []
+        for axis, levels in self.product.items():
+            if not levels:
+                raise ValueError(f"product axis {axis!r} has no levels")
+            kinds = {isinstance(v, str) for v in levels.values()}
+            if len(kinds) > 1:
+                raise ValueError(f"product axis {axis!r} mixes scenario paths and overrides; an axis holds one kind")
+            if any(not n or SEP in n for n in levels):
+                raise ValueError(f"product axis {axis!r}: level names must be non-empty and contain no {SEP!r}")
+            paths += [axis] if kinds == {True} else []
+        if len(paths) + (self.path is not None) != 1:
+            where = f"axes {', '.join(map(repr, paths))}" if paths else "no axis"
+            raise ValueError(
+                f"each combination needs one scenario: `path`, or exactly one axis of scenario paths ({where} name "
+                "scenarios" + (" and `path` is set too)" if self.path is not None else ")")
+            )
+        return self
+
+    def expand(self, i: int) -> list[Entry]:
+        """The regimes this entry stands for, in order, with where each override was set."""
+        if self.product is None:
+            origin = {k: f"regimes.{i}.overrides.{k}" for k in self.overrides}
+            over = dict(self.overrides)
+            return [Entry(i, self.name, self.path, over, origin, f"regimes.{i}.path", self.group, False)]
+        out = []
+        axes = list(self.product.items())
+        for combo in itertools.product(*(list(levels.items()) for _, levels in axes)):
+            path, where = self.path, f"regimes.{i}.path"
+            over = dict(self.overrides)
+            origin = {k: f"regimes.{i}.overrides.{k}" for k in self.overrides}
+            for (axis, _), (level, v) in zip(axes, combo):
+                at = f"regimes.{i}.product.{axis}.{level}"
+                if isinstance(v, str):
+                    path, where = v, at
+                    continue
+                for k, x in v.items():
+                    over[k], origin[k] = x, f"{at}.{k}"
+            name = SEP.join(level for level, _ in combo)
+            out.append(Entry(i, name, path, over, origin, where, self.group, True))
+        return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One regime as the sweep file gives it: the entry it comes from (`index`), its name (None: the
+    scenario's), scenario path, overrides and where each was set (for error messages), its group,
+    and whether a product made it."""
+
+    index: int
+    name: str | None
+    path: str
+    overrides: dict[str, Any]
+    origin: dict[str, str]
+    path_at: str
+    group: str | None
+    from_product: bool
 
 
 class PolicySpec(Strict):
@@ -78,7 +174,9 @@ class PolicySpec(Strict):
         "design card (the protocol).",
     )
     regimes: list[str] | None = Field(
-        None, min_length=1, description="Run only in these regimes (names); null: all. Source: the sweep."
+        None,
+        min_length=1,
+        description="Run only in these regimes (names, or groups of `regimes[].group`); null: all. Source: the sweep.",
     )
 
 
@@ -172,7 +270,9 @@ class SweepSpec(Strict):
     name: str = Field("sweep", description="Name shown in the report. Source: the sweep.")
     description: str = Field("", description="Free text shown in the report. Source: the sweep.")
     regimes: list[RegimeSpec] = Field(
-        min_length=1, description="Scenario files (a path, or a mapping as below). Source: the sweep."
+        min_length=1,
+        description="Scenario files (a path, or a mapping as below: one scenario, or a product of axes). Source: "
+        "the sweep.",
     )
     policies: list[PolicySpec] = Field(
         min_length=1, description="The arms; no_sync is required (the load-match baseline). Source: the sweep."
@@ -242,4 +342,8 @@ def read_spec(path: str | Path) -> SweepSpec:
     if not isinstance(data, dict):
         raise InputError(p, "", f"expected a mapping of fields at the top level (got {type(data).__name__})")
     check_finite(data, p)
-    return validate(SweepSpec, data, p)
+    spec = validate(SweepSpec, data, p)
+    for i, r in enumerate(spec.regimes):
+        if r.path is None and r.product is None:
+            raise InputError(p, f"regimes.{i}.path", "missing: a regime needs a scenario path (or a `product`)")
+    return spec

@@ -2,9 +2,11 @@
 
 While batch membership is fixed (no admission, no completion, no prefill) and the engine has
 its resources to itself, iteration i of a run takes max(h, g0 + i*dg): the host part h is
-constant and the GPU part grows by dg = c*B per iteration because every sequence's context grows
-by one token. The first m iterations are host-bound (h > g_i), the rest GPU-bound, so the
-run's length is a sum of a constant part and an arithmetic series.
+constant and the GPU part is the engine's latency law's line for decode runs (models.engine.laws
+`decode_line`: for the linear law dg = c*B, every sequence's context growing by one token an
+iteration). The first m iterations are host-bound (h > g_i), the rest GPU-bound, so the run's
+length is a sum of a constant part and an arithmetic series. A law without such a line (`line`
+off: a table of measured times) is never timed here: the engine steps it one iteration at a time.
 
 Engine generations (`EngineStep`) change only what h and g0 are, never the form: with host work h
 (scheduler, input preparation, sampling, detokenisation: h0 + h1*batch + h2*scheduled_tokens, on

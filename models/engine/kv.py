@@ -55,24 +55,29 @@ def never_rejects(kv, prompt, output) -> bool:
     return int(-(-last.max() // kv.bs)) + kv.wm <= kv.pool - kv.reserved - kv.hold
 
 
+def grown(a, more: int) -> array:
+    """A copy of array `a` with `more` zero slots after it: a new array (the compiled pool holds a
+    typed view of the old one, whose buffer cannot be resized)."""
+    out = array("q", [a[j] for j in range(len(a))])
+    out.frombytes(bytes(8 * more))
+    return out
+
+
 class KVPool:
     """One engine's block pool. `cap` = pool - reserved (merge buffers and a prefix cache holding GPU
     memory); `used` counts the blocks held by running requests (less those a prefix cache holds for
     them: `shared`); the rest is free. Statistics: `preemptions`,
     `rejected` (too long ever to fit), `peak` (largest used/cap after an iteration's allocations)
     and the iteration-weighted sums `sum_used`, `sum_cap` (their ratio is the mean usage), `copied`
-    (blocks swapped out and in, with `swap`)."""
+    (blocks swapped out and in, with a mode that copies). `mode`: what preemption does with a decoder
+    (models.engine.preemption, engine.preemption)."""
 
-    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "cnt", "_cnt", "used", "orig") + (
-        "run_nxt",
-        "run_prv",
+    __slots__ = ("bs", "pool", "reserved", "cap", "wm", "_cnt", "used", "orig") + (
         "_run_nxt",
         "_run_prv",
         "n_running",
-        "share",
         "_share",
-        "swap",
-        "swapped",
+        "mode",
         "hold",
         "holding",
         "held",
@@ -86,7 +91,9 @@ class KVPool:
         "need_now",
     )
 
-    def __init__(self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0, swap: bool = False):
+    def __init__(
+        self, pool: int, block_size: int, watermark: float = 0.0, reserved: int = 0, preemption: str = "recompute"
+    ):
         if pool < 1 or block_size < 1:
             raise ValueError(f"a KV pool needs at least one block of at least one token (got {pool}, {block_size})")
         self.bs, self.pool, self.reserved = block_size, pool, reserved
@@ -94,42 +101,38 @@ class KVPool:
         if self.cap < 1:
             raise ValueError(f"merge buffers ({reserved} blocks) leave no KV block of the pool's {pool}")
         self.wm = math.floor(watermark * pool)  # vLLM V0: watermark_blocks = watermark x num_gpu_blocks
-        self.cnt = array("q", bytes(8 * block_size))  # decoders by phase
-        self._cnt = self.cnt  # (the compiled pool's typed view of it: kv.pxd)
+        self._cnt = array("q", bytes(8 * block_size))  # decoders by phase (`cnt`)
         self.used = 0
         # the running requests in (re)admission order (preemption picks the last): a list linked through
         # request r's node r + 1 (`run_nxt`, `run_prv`; node 0 is its head and tail), and per request the
-        # blocks a prefix cache holds for it (`share`: held once, for all; 0 when it is not running).
+        # blocks a prefix cache holds for it (`_share`: held once, for all; 0 when it is not running).
         # Arrays over request ids, not dicts: every admission and finish updates them, and a typed
         # array does it without boxing the id. The engine sizes them (`room`) as its requests grow.
-        self.run_nxt, self.run_prv, self.share = array("q", [0]), array("q", [0]), array("q")
-        self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share  # (typed views: kv.pxd)
+        self._run_nxt, self._run_prv, self._share = array("q", [0]), array("q", [0]), array("q")
         self.n_running = 0
         self.orig: dict[int, tuple[int, int]] = {}  # preempted request -> its own (prompt, output) lengths
         self.preemptions = self.rejected = 0
         self.peak = 0.0
         self.sum_used = self.sum_cap = 0
         self.need_now = 0  # blocks the decoders take at the iteration about to start
-        # swap preemption (engine.preemption: swap): swapped-out request -> (context, iterations left),
-        # in swap-out order; blocks to copy over PCIe before the next iteration; blocks copied so far
-        self.swap = swap
+        from .preemption import MODES  # (here: the compiled modes' module imports this one's types)
+
+        if preemption not in MODES:
+            raise ValueError(f"unknown preemption mode {preemption!r} ({', '.join(MODES)})")
+        self.mode = MODES[preemption]()
         # blocks merge buffers take while a merge runs (engine.merge_memory: merge; 0: none), whether they
         # are asked for (`holding`, set when a merge starts or ends) and whether `cap` counts them (`held`)
         self.hold = 0
         self.holding = self.held = False
-        self.swapped: dict[int, tuple[int, int]] = {}
-        self.copy = self.copied = 0
+        self.copy = self.copied = 0  # blocks to copy over PCIe before the next iteration; blocks copied so far
 
     # -- the running requests (by request id) --------------------------------------------------
     def room(self, n: int) -> None:
         """Room for requests 0 .. n-1 (the engine calls it as its request arrays grow)."""
-        more = n - len(self.share)
+        more = n - len(self._share)
         if more > 0:
-            self._run_nxt = self._run_prv = self._share = None  # (an array with a view cannot grow)
-            zeros = array("q", bytes(8 * more))
-            for a in (self.run_nxt, self.run_prv, self.share):
-                a.extend(zeros)
-            self._run_nxt, self._run_prv, self._share = self.run_nxt, self.run_prv, self.share
+            self._run_nxt, self._run_prv = grown(self._run_nxt, more), grown(self._run_prv, more)
+            self._share = grown(self._share, more)
 
     def run_add(self, rid: int) -> None:
         """Request rid runs (admitted, re-admitted or swapped in): it becomes the last."""
@@ -153,7 +156,7 @@ class KVPool:
     @property
     def running(self) -> dict[int, None]:
         """The running requests in (re)admission order (a copy: for checks and tests)."""
-        out, nxt = {}, self.run_nxt
+        out, nxt = {}, self._run_nxt
         s = nxt[0]
         while s:
             out[s - 1] = None
@@ -161,9 +164,47 @@ class KVPool:
         return out
 
     @property
+    def swap(self) -> bool:
+        """Whether preemption copies blocks to host memory (its copies need the host's PCIe link)."""
+        return self.mode.copies
+
+    @property
     def shared(self) -> dict[int, int]:
         """Request -> its blocks the prefix cache holds, for requests that have some (a copy)."""
-        return {rid: b for rid, b in enumerate(self.share) if b}
+        return {rid: self._share[rid] for rid in range(len(self._share)) if self._share[rid]}
+
+    @property
+    def cnt(self) -> list[int]:
+        """The decoders by block phase (a copy: for checks and tests)."""
+        return [self._cnt[p] for p in range(self.bs)]
+
+    # -- the engine's bookkeeping (models.engine.serving, models.engine.preemption) ------------------------
+    def blocks(self, tokens: int) -> int:
+        """The blocks that hold `tokens` tokens."""
+        return -(-tokens // self.bs)
+
+    def enter(self, x: int) -> None:
+        """A decoder of phase x (mod block_size) starts decoding."""
+        self._cnt[x % self.bs] += 1
+
+    def leave(self, x: int) -> int:
+        """A decoder of phase x (mod block_size) stops decoding; returns its phase."""
+        p = x % self.bs
+        self._cnt[p] -= 1
+        return p
+
+    def crossing(self, t: int) -> int:
+        """The decoders that cross a block boundary at iteration t (each takes a block)."""
+        return self._cnt[t % self.bs]
+
+    def set_share(self, rid: int, k: int) -> None:
+        """A prefix cache holds k of request rid's blocks (counted once, by the cache)."""
+        self._share[rid] = k
+
+    def free(self, rid: int, nb: int) -> None:
+        """Request rid, which held nb blocks, stops running: its own blocks go back (not the cache's)."""
+        self.used -= nb - self._share[rid]
+        self._share[rid] = 0
 
     def apply_hold(self) -> None:
         """The engine, before an iteration (models.engine.serving make_room): merge buffers take their blocks

@@ -3,7 +3,7 @@
 Two forms, fitted to the p50 of every decode row (batch B at context ctx: sum_ctx = B*ctx, batch = B)
 and every prefill row (T tokens: prefill_tokens = T, batch = 1):
 
-- `linear` (SPEC.md's model, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
+- `linear` (the design card's model, docs/sources.md, the default): t = a + b*prefill_tokens + c*sum_ctx + d*batch.
   R^2 0.960; it misses the 8192-token prefill by 20% (and the 512-token one by 21%), because
   prefill attention grows with chunk length x context, which a linear model lacks.
 - `attention`: t = a + b*rows + c*sum_ctx + e*attention_pairs, where rows = prefill_tokens + batch
@@ -28,7 +28,7 @@ in rational arithmetic and each coefficient rounded once). Simulations use the e
 worker, for a 19-row fit; and a solve through the BLAS (statsmodels, numpy's pinv) differs in the
 last bits from one CPU to another (OpenBLAS picks its kernels by CPU), which moved every simulated
 figure by ulps between machines. The exact fit is the same float on every machine.
-tests/test_latency_forms.py and tests/test_hot_path.py check that both give the same coefficients.
+tests/engine/test_latency_forms.py and tests/engine/test_hot_path.py check that both give the same coefficients.
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
+from wadiloco.models.engine.laws import AttentionLaw, LatencyLaw, LinearLaw, TableLaw
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import check_input
 from wadiloco.models.spec.schema import check_finite, read_text
 
 CALIBRATION_FILE = "h200_llama8b_interference.json"
-FORMS = ("linear", "attention")
+FORMS = ("linear", "attention")  # the fitted laws (engine.latency; `table` interpolates the rows instead)
 
 
 def load_calibration(path: str | Path | None = None) -> dict:
@@ -62,7 +64,7 @@ def load_calibration(path: str | Path | None = None) -> dict:
         raise InputError(path, where, f"not valid JSON ({getattr(e, 'msg', None) or type(e).__name__})") from None
     if not isinstance(cal, dict):
         raise InputError(path, "", f"expected a JSON object at the top level (got {type(cal).__name__})")
-    check_finite(cal, path)
+    check_finite(cal, path, booleans=False)  # measurements: numbers, never true/false
     return cal
 
 
@@ -85,6 +87,12 @@ class LatencyModel:
 
     def gpu_time(self, prefill_tokens: float, sum_ctx: float, batch: int, pairs: float = 0.0) -> float:
         return self.a + self.b * prefill_tokens + self.c * sum_ctx + self.d * batch + self.e * pairs
+
+    def law(self) -> LatencyLaw:
+        """The fit as the engine's law (models.engine.laws): linear, or attention when it has an attention term."""
+        if self.e:
+            return AttentionLaw(self.a, self.b, self.c, self.d, self.e)
+        return LinearLaw(self.a, self.b, self.c, self.d)
 
     def describe(self) -> str:
         attn = f"+ {self.e * 1e9:.4f} ns*attention_pairs " if self.form == "attention" else ""
@@ -182,3 +190,78 @@ def default_latency(form: str = "linear") -> LatencyModel:
     """The simulator's latency model in `form` (engine.latency): the built-in calibration, fitted once
     per process (exact: the same on every machine)."""
     return fit_latency(method="exact", form=form)
+
+
+def table_law(path: str | Path | None = None) -> TableLaw:
+    """The table law (models.engine.laws.TableLaw) of a calibration file's p50 rows: `latency_model.decode`
+    (batch, ctx, p50_ms) and `latency_model.prefill` (tokens, p50_ms), no fit. The packaged H200 rows
+    (path None), or a user's measurements in the same shape (engine.latency_table); errors are
+    InputErrors naming the file and the row's field."""
+    if path is None:
+        return _packaged_table()
+    try:
+        st = Path(path).stat()
+    except OSError:  # (load_calibration names the problem)
+        return _table_of(load_calibration(path), path)
+    return _table(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=1)
+def _packaged_table() -> TableLaw:
+    return _table_of(load_calibration(), CALIBRATION_FILE)
+
+
+@lru_cache(maxsize=8)
+def _table(path: str, mtime_ns: int, size: int) -> TableLaw:
+    """A file's table, read once per process and version of the file."""
+    return _table_of(load_calibration(path), path)
+
+
+def _table_of(cal: dict, src: object) -> TableLaw:
+    lm = cal.get("latency_model")
+    if not isinstance(lm, dict):
+        raise InputError(src, "latency_model", "expected a mapping of decode and prefill rows")
+    decode = _rows(lm, "decode", ("batch", "ctx"), src)
+    prefill = _rows(lm, "prefill", ("tokens",), src)
+    try:
+        return TableLaw([(b, x, ms / 1e3) for b, x, ms in decode], [(t, ms / 1e3) for t, ms in prefill])
+    except ValueError as e:
+        raise InputError(src, "latency_model", str(e)) from None
+
+
+LEAST = {"batch": 1.0, "ctx": 0.0, "tokens": 1.0}  # a table row's smallest value of each coordinate
+
+
+def _rows(lm: dict, kind: str, keys: tuple[str, ...], src: object) -> list[tuple[float, ...]]:
+    """The rows `latency_model.<kind>` as (coordinates..., p50_ms) of finite numbers (a time above 0)."""
+    rows = lm.get(kind)
+    if not isinstance(rows, list) or not rows:
+        raise InputError(src, f"latency_model.{kind}", "expected a non-empty list of rows")
+    out = []
+    for i, r in enumerate(rows):
+        where = f"latency_model.{kind}[{i}]"
+        if not isinstance(r, dict):
+            raise InputError(src, where, f"expected a mapping of {', '.join(keys)} and p50_ms")
+        row = []
+        for k in (*keys, "p50_ms"):
+            v = r.get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InputError(src, f"{where}.{k}", f"expected a number (got {type(v).__name__})")
+            least = LEAST.get(k, 0.0)
+            if not (v > 0 if k == "p50_ms" else v >= least):
+                bound = "above 0" if k == "p50_ms" else f"at least {least:g}"
+                raise InputError(src, f"{where}.{k}", f"must be {bound}")
+            row.append(float(v))
+        out.append(tuple(row))
+    return out
+
+
+def table_file(name: str | None, base_dir: str, file: object) -> Path | None:
+    """The file engine.latency_table names (relative to the scenario's folder), checked readable; None
+    for the packaged H200 rows."""
+    if name is None:
+        return None
+    p = Path(name)
+    p = p if p.is_absolute() else Path(base_dir) / p
+    check_input(p, file, "engine.latency_table", "latency table file")
+    return p

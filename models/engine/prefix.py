@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from array import array
 
+from .kv import grown
+
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake FAST'25 trace README: hash_ids are 512-token prefix blocks
 
 
@@ -35,7 +37,7 @@ class PrefixCache:
     The arrays grow with the entries, up to `capacity`; they are typed in C when setup.py compiles
     this module (prefix.pxd): every admission, prefill and finish asks it."""
 
-    __slots__ = ("capacity", "block_tokens", "key", "prv", "nxt", "pin", "size", "tab", "bits")
+    __slots__ = ("capacity", "block_tokens", "size", "bits")
     __slots__ += ("hit_tokens", "prompt_tokens", "epoch", "_key", "_prv", "_nxt", "_pin", "_tab")
 
     def __init__(self, capacity: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
@@ -44,26 +46,21 @@ class PrefixCache:
         self.capacity, self.block_tokens = capacity, block_tokens
         self.size = 0  # slots in use (1 .. size); when all `capacity` are, a new entry takes its victim's
         n = min(capacity, 63) + 1  # (slots 0 .. n-1; `_room` grows them)
-        self.key, self.pin, self.prv, self.nxt = (array("q", bytes(8 * n)) for _ in range(4))
-        self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt  # (typed views)
+        self._key, self._pin, self._prv, self._nxt = (array("q", bytes(8 * n)) for _ in range(4))
         self._table(7)
         self.hit_tokens = self.prompt_tokens = 0
         self.epoch = 0  # moves whenever the set of cached hashes changes: `lookup`'s answers hold until then
 
     # -- storage ---------------------------------------------------------------------------------
     def _slots(self, n: int) -> None:
-        """Room for slots 0 .. n-1."""
-        self._key = self._pin = self._prv = self._nxt = None  # (an array with a view cannot grow)
-        more = array("q", bytes(8 * (n - len(self.key))))
-        for a in (self.key, self.pin, self.prv, self.nxt):
-            a.extend(more)
-        self._key, self._pin, self._prv, self._nxt = self.key, self.pin, self.prv, self.nxt
+        """Room for slots 0 .. n-1 (new arrays: the compiled cache holds typed views of the old ones)."""
+        more = n - len(self._key)
+        self._key, self._pin = grown(self._key, more), grown(self._pin, more)
+        self._prv, self._nxt = grown(self._prv, more), grown(self._nxt, more)
 
     def _table(self, bits: int) -> None:
         """A table of 2**bits cells holding every entry again."""
-        self._tab = None
-        self.bits, self.tab = bits, array("q", bytes(8 << bits))
-        self._tab = self.tab
+        self.bits, self._tab = bits, array("q", bytes(8 << bits))
         nxt, s = self._nxt, self._nxt[0]
         while s:
             self._put(self._key[s], s)
@@ -72,8 +69,8 @@ class PrefixCache:
     def _room(self, m: int) -> None:
         """Before up to m new entries: slots and a table at most half full for them."""
         want = min(self.size + m, self.capacity) + 1
-        if want > len(self.key):
-            self._slots(min(max(want, 2 * len(self.key)), self.capacity + 1))
+        if want > len(self._key):
+            self._slots(min(max(want, 2 * len(self._key)), self.capacity + 1))
         bits = self.bits
         while 2 * want > (1 << bits):
             bits += 1
@@ -125,22 +122,20 @@ class PrefixCache:
     @property
     def entries(self) -> list[int]:
         """The cached hashes from least to most recently used."""
-        out, nxt = [], self.nxt
-        s = nxt[0]
+        out, s = [], self._nxt[0]
         while s:
-            out.append(self.key[s])
-            s = nxt[s]
+            out.append(self._key[s])
+            s = self._nxt[s]
         return out
 
     @property
     def pins(self) -> dict[int, int]:
         """Pinned hash -> its pins."""
-        nxt, out = self.nxt, {}
-        s = nxt[0]
+        out, s = {}, self._nxt[0]
         while s:
-            if self.pin[s]:
-                out[self.key[s]] = self.pin[s]
-            s = nxt[s]
+            if self._pin[s]:
+                out[self._key[s]] = self._pin[s]
+            s = self._nxt[s]
         return out
 
     # -- the engine's calls ----------------------------------------------------------------------

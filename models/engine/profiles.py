@@ -4,7 +4,9 @@ A profile (YAML, `models/data/profiles/<name>.yaml` or any path) names its measu
 runs set which number; the numbers are fitted when a run first needs them, once per file content
 (kept on disk: `profile_cache_dir`), and printed by `wadiloco calibrate PROFILE`. A user adds their
 own engine and GPU by writing such a file next to a measurements file of the same shape as
-`models/data/testbed/stage10.yaml`.
+`models/data/testbed/stage10.yaml`. Measurements are read through the `MEASUREMENTS` registry
+(`Measurements`: a run's iteration time, start delay and co-tenant weight); the testbed plug-in
+registers its Stage 10 matrix (models/testbed/fit.py).
 
 What a profile gives the simulator, per model: the GPU time of one engine iteration,
 `a + d * batch` seconds (no host part: the GPU-bound twin), and the serving start delay (engine init);
@@ -22,14 +24,48 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import Field
 
 from wadiloco.models.engine.latency import LatencyModel
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
+from wadiloco.models.spec.files import beside, check_input, named_by, read_input
 from wadiloco.models.spec.schema import Strict, read_yaml, validate
 
 PACKAGED = "profiles"
+
+
+class Measurements(Protocol):
+    """A measurements file's named runs, as a profile's fit reads them (times in seconds)."""
+
+    def runs(self) -> set[str]:
+        """The runs' names."""
+        ...
+
+    def digest(self) -> str:
+        """What the numbers below depend on (the file and the code that reads them), for the fit cache."""
+        ...
+
+    def iteration(self, run: str) -> tuple[float, int]:
+        """(GPU time of one engine iteration, the batch size it was measured at)."""
+        ...
+
+    def start_delay(self, run: str) -> float:
+        """The serving start delay (engine init)."""
+        ...
+
+    def cotenant_weight(self, run: str) -> float:
+        """The co-tenant's weight against a serving job of weight 1 on the GPU."""
+        ...
+
+
+MEASUREMENTS: Registry[str, Measurements] = Registry("measurements")  # by a profile's `measurements:`
+
+
+def register_measurements(name: str, m: Measurements) -> None:
+    MEASUREMENTS[name] = m
 
 
 class RunsRef(Strict):
@@ -118,11 +154,11 @@ def load_profile(name_or_path: str | Path) -> Profile:
             "",
             f"no such profile file, and no packaged profile of that name (packaged: {', '.join(packaged_profiles())})",
         )
-    raw = path.read_bytes()
+    raw = read_input(path, "engine profile")  # a regular file within the input size limit
     key = _cache_key(raw)
     hit = _LOADED.get((key, str(path)))
     if hit is None:
-        spec = validate(ProfileSpec, read_yaml(path), path)
+        spec = validate(ProfileSpec, read_yaml(path, quote=False), path, quote=False)
         hit = _cached(key, spec, str(path))
         if hit is None:
             hit = fit_profile(spec, str(path))
@@ -150,12 +186,15 @@ def _cache_key(raw: bytes) -> str:
     return hashlib.sha256(raw + b"\0" + _fit_inputs().encode()).hexdigest()
 
 
-@cache
 def _fit_inputs() -> str:
-    """What every fit depends on besides the profile (the measurements and the fitting code), once per process."""
-    from wadiloco.models.testbed import fit
+    """What every fit depends on besides the profile (each registered measurements' digest)."""
+    return _digests(tuple(sorted(MEASUREMENTS)))
 
-    return fit.inputs_digest()
+
+@cache
+def _digests(names: tuple[str, ...]) -> str:
+    """The measurements' digests, once per process."""
+    return "\n".join(f"{n}:{MEASUREMENTS[n].digest()}" for n in names)
 
 
 def _cached(key: str, spec: ProfileSpec, source: str) -> Profile | None:
@@ -203,11 +242,11 @@ def _store(key: str, p: Profile) -> None:
 
 def fit_profile(spec: ProfileSpec, source: str) -> Profile:
     """The one fit of a profile: every model and co-tenant entry (`load_profile` caches it)."""
-    from wadiloco.models.testbed import fit
-
-    if spec.measurements != fit.STAGE10:
-        raise InputError(source, "measurements", f"only the Stage 10 format is fitted so far ({fit.STAGE10})")
-    known = {r["name"] for r in fit.stage10()["runs"]}
+    m = MEASUREMENTS.get(spec.measurements)
+    if m is None:
+        msg = f"no measurements {spec.measurements!r} are registered (registered: {MEASUREMENTS.known()})"
+        raise InputError(source, "measurements", msg)
+    known = m.runs()
     for where, refs in (
         [("batch_slope", spec.batch_slope)]
         + [(f"models.{k}", v) for k, v in spec.models.items()]
@@ -216,15 +255,48 @@ def fit_profile(spec: ProfileSpec, source: str) -> Profile:
         for run in refs.runs if refs else []:
             if run not in known:
                 raise InputError(source, f"{where}.runs", f"no run {run!r} in {spec.measurements}")
-    slope = _slope(spec)
-    models = {name: _model_fit(ref.runs, slope) for name, ref in spec.models.items()}
-    cot = {name: _mean([fit.fit_run(r).weight for r in ref.runs]) for name, ref in spec.cotenants.items()}
+    slope = _slope(m, spec, source)
+    models = {name: _model_fit(m, ref.runs, slope, source, f"models.{name}.runs") for name, ref in spec.models.items()}
+    cot = {name: _mean([m.cotenant_weight(r) for r in ref.runs]) for name, ref in spec.cotenants.items()}
+    _check_physical(spec, source, slope, models, cot)
     return Profile(spec, source, slope, models, cot)
 
 
-def _slope(spec: ProfileSpec) -> float:
+def _check_physical(spec: ProfileSpec, source: str, slope: float, models: dict, cot: dict) -> None:
+    """A fit a run can use: every iteration takes a positive time, no shorter for a larger batch (a
+    zero or negative time lets an engine loop without its clock moving), start delays and co-tenant
+    weights finite and not negative. Refused naming the term that breaks it."""
+    if slope < 0:
+        why = f"the fitted batch slope is negative ({slope:.4g} of an iteration per sequence)"
+        raise InputError(source, "batch_slope.runs", f"{why}: iterations would get shorter as the batch grows")
+    for name, fm in models.items():
+        if not (fm.a > 0 and math.isfinite(fm.a) and math.isfinite(fm.d)):
+            _refuse_time(spec, source, slope, name, fm, models)
+        if not (math.isfinite(fm.start_delay_s) and fm.start_delay_s >= 0):
+            raise InputError(source, f"models.{name}.runs", "the fitted start delay is negative or not finite")
+    for name, w in cot.items():
+        if not (math.isfinite(w) and w >= 0):
+            raise InputError(source, f"cotenants.{name}.runs", "the fitted co-tenant weight is negative or not finite")
+
+
+def _refuse_time(spec: ProfileSpec, source: str, slope: float, name: str, m: ModelFit, models: dict) -> None:
+    """The error for a model whose iteration is not positive at every batch: the scale when the
+    unscaled slope would do (with the largest scale that does), else the slope's runs, else the model's."""
+    law = f"model {name}: an iteration of a batch of b would take {m.a * 1e3:.4g} ms + {m.d * 1e6:.4g} us x b"
+    scale = spec.batch_slope_scale
+    unscaled = slope / scale if scale > 0 else 0.0
+    if unscaled * m.reference_batch < 1 < slope * m.reference_batch:  # the scale breaks it
+        most = min(1.0 / (unscaled * f.reference_batch) for f in models.values())
+        msg = f"{scale:g} makes iteration times negative at small batches ({law}); below {most:.3g} keeps them positive"
+        raise InputError(source, "batch_slope_scale", msg)
+    if slope * m.reference_batch >= 1:
+        raise InputError(source, "batch_slope.runs", f"the fitted batch slope is too steep: {law}")
+    raise InputError(source, f"models.{name}.runs", f"the fitted iteration time is not positive: {law}")
+
+
+def _slope(m: Measurements, spec: ProfileSpec, source: str) -> float:
     """The batch growth per sequence: the batch_slope runs' relative growth, times its scale."""
-    return spec.batch_slope_scale * _relative_slope(spec.batch_slope.runs) if spec.batch_slope else 0.0
+    return spec.batch_slope_scale * _relative_slope(m, spec.batch_slope.runs, source) if spec.batch_slope else 0.0
 
 
 def _mean(xs) -> float:
@@ -232,35 +304,26 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs)
 
 
-def _iteration(run: str) -> tuple[float, int]:
-    """(GPU time of one iteration, batch size) of a run: L_u over its iterations per batch."""
-    from wadiloco.models.testbed import fit
-
-    s = fit.run_spec(run)["settings"]
-    outs = fit.outputs_of(s)
-    o = outs if isinstance(outs, int) else max(outs)
-    return fit.fit_run(run).l_u / o, int(s["concurrency"])
-
-
-def _relative_slope(runs: list[str]) -> float:
+def _relative_slope(m: Measurements, runs: list[str], source: str = "<profile>") -> float:
+    """The batch growth per sequence: d / (a + d * c) of two runs of one model at two batch sizes."""
     if len(runs) != 2:
-        raise InputError("<profile>", "batch_slope.runs", "needs exactly two runs (two batch sizes)")
-    (t1, c1), (t2, c2) = sorted(_iteration(r) for r in runs)
+        raise InputError(source, "batch_slope.runs", "needs exactly two runs (two batch sizes)")
+    (t1, c1), (t2, c2) = sorted(m.iteration(r) for r in runs)
     if c1 == c2:
-        raise InputError("<profile>", "batch_slope.runs", "the two runs have the same batch size")
+        raise InputError(source, "batch_slope.runs", "the two runs have the same batch size")
     return (t2 - t1) / (c2 - c1) / (t2 if c2 > c1 else t1)
 
 
-def _model_fit(runs: list[str], slope: float) -> ModelFit:
-    from wadiloco.models.testbed import fit
-
-    its = [_iteration(r) for r in runs]
+def _model_fit(
+    m: Measurements, runs: list[str], slope: float, source: str = "<profile>", where: str = "models.runs"
+) -> ModelFit:
+    its = [m.iteration(r) for r in runs]
     c_ref = its[0][1]
     if any(c != c_ref for _, c in its):
-        raise InputError("<profile>", "models.runs", "a model's runs must share one batch size")
+        raise InputError(source, where, "a model's runs must share one batch size")
     t_ref = _mean(t for t, _ in its)
     d = slope * t_ref
-    delay = _mean(fit.fit_run(r).start_delay for r in runs)
+    delay = _mean(m.start_delay(r) for r in runs)
     return ModelFit(t_ref - d * c_ref, d, delay, c_ref, tuple(runs))
 
 
@@ -268,11 +331,13 @@ def _model_fit(runs: list[str], slope: float) -> ModelFit:
 
 
 def resolve_profile(name: str, base_dir: str, file: object) -> Path:
-    """The profile file `engine.profile` names: a path (relative to the scenario) or a packaged name."""
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml") and not p.is_absolute() and (Path(base_dir) / p).is_file():
-        p = Path(base_dir) / p
-    path = profile_path(p if p.suffix in (".yaml", ".yml") else name)
+    """The profile file `engine.profile` names: a path ending in .yaml or .yml (relative to the
+    scenario's folder, never the working folder), or a packaged name."""
+    if Path(name).suffix in (".yaml", ".yml"):
+        path = beside(name, base_dir)
+        check_input(path, file, "engine.profile", "engine profile (YAML)")
+        return path
+    path = profile_path(name)
     if path is None:
         known = ", ".join(packaged_profiles())
         msg = f"no profile file {name!r} and no packaged profile of that name (packaged: {known})"
@@ -283,7 +348,8 @@ def resolve_profile(name: str, base_dir: str, file: object) -> Path:
 def check_refs(path: Path, model: str | None, entry: str | None, file: object) -> None:
     """That the profile at `path` has `model` and co-tenant `entry` (those given): its spec read, not
     fitted (the fit comes when a run needs it: `load_profile`)."""
-    spec = validate(ProfileSpec, read_yaml(path), path)
+    with named_by(file, "engine.profile"):
+        spec = validate(ProfileSpec, read_yaml(path, quote=False), path, quote=False)
     if model is not None and model not in spec.models:
         raise InputError(file, "engine.model", _unknown(spec, "model", model, spec.models))
     if entry is not None and entry not in spec.cotenants:

@@ -13,10 +13,10 @@ rules independently, as the tests' oracle):
 2. The token budget is `max_num_batched_tokens` minus one token per decoding request. Requests
    already prefilling get the next chunk of their prompt first (in order); then waiting requests
    are admitted FCFS while budget is left and fewer than `max_num_seqs` run (`admit`).
-3. GPU work g = a + b*prefill_tokens + c*sum_ctx + d*batch (+ e*attention pairs of the chunks,
-   latency form `attention`; models.engine.latency), host work
+3. GPU work g is the engine's latency law's step time (`law`, models.engine.laws: e.g. the linear
+   law a + b*prefill_tokens + c*sum_ctx + d*batch), host work
    h = h0 + h1*batch + h2*scheduled_tokens on the engine's CPU path and frontend work f (the API
-   server: per admitted request and per output token, on its own CPU path; `front_work`); at
+   server: per admitted request and per output token, on its own CPU path; `host_work`); at
    speeds rg, rh, rf (1 alone) an overlapped iteration (vLLM V1) takes max(h/rh, f/rf, g/rg), a
    sequential one (vLLM V0) h/rh + g/rg + f/rf (models.engine.batching: EngineStep, compose).
 4. At its end every decoder has one more token; a request whose prompt is now fully computed
@@ -25,32 +25,35 @@ rules independently, as the tests' oracle):
 
 With a KV-cache pool (models.engine.kv; `kv`, None: unlimited) rule 2 first gives every decoder crossing a
 block boundary its block, preempting the most recently admitted running request while they do not
-fit (recompute: `make_room`, `_preempt`; or swap: its blocks go to host memory and come back,
-`_swap_in`, copied over PCIe before the iteration, `_shared_step`), and admits only while the
+fit (`make_room`, `_preempt`; where a preempted decoder goes is the pool's preemption mode,
+models.engine.preemption: recompute, or swap, its blocks copied over PCIe before the iteration,
+`_shared_step`), and admits only while the
 prompt's blocks fit above the watermark (`admit_kv`); a finished request's blocks go back
 (`release`); fast-forward stops where the free blocks run out (`kv_run`). Cached prompt tokens
 (given with a request, or a prefix cache's hit: models.engine.prefix; `skip`, `take_cached`) are not
 prefilled. docs/engine.md.
 
 `serve` runs these rules as a coroutine on a `Clock`, one *step* at a time: an iteration, a sleep
-until the next arrival, or (with fast-forward) the pure-decode iterations up to the next finish,
-or up to the first boundary at or after an arrival it could admit, timed in closed form
-(models.engine.batching). A step that ends before the lookahead bound (`bound.until`: nothing will look
-at the engine or change its speeds before then) is booked at once, without a wait.
+until the next arrival, or (with fast-forward, and a law with a line for decode runs) the pure-decode
+iterations up to the next finish, or up to the first boundary at or after an arrival it could
+admit, timed in closed form (models.engine.batching). A step that ends before the lookahead bound
+(`bound.until`: nothing will look at the engine or change its speeds before then) is booked at
+once, without a wait.
 
 `serve` is the engine's simulation process itself (sim/engine.py hands it to SimPy). It calls
 `Steps.advance` once per SimPy event, not once per step: advance books every step that needs no
-event (the loop of the rules above) and says what to wait for. The compiled core (setup.py,
+event (the loop of the rules above: `_book` rule 4, `EngineState.arrive` rule 1, `_compose` rules 2
+and 3, `_time` the step's length) and says what to wait for. The compiled core (setup.py,
 serving.pxd) runs advance and the rules in C; a generator cannot have C locals.
 
 A tape (models.engine.tape; `st.tape`, set before the run) is consulted only where a step starts at or after
 its `mark` (a snapshot is recorded, or the engine jumps ahead along a baseline run's trajectory) and
 at idle instants (recorded, or a baseline's busy period copied): what it restores replaces the
-state in place, and the loop's locals are read back from `st`.
+state in place, and the step reads the clock and the next arrival back from `st`.
 
 Closed-loop clients (models.workload.clients): an engine may have a `client` that creates requests as others
 finish (a batch starts when the previous one is done; a user sends again after thinking). It is
-consulted only when a step finishes requests (`_finish_closed`), and puts what it creates into the
+consulted only when a step finishes requests (`_book_slow`), and puts what it creates into the
 not-yet-arrived tail of the arrays (`add`), kept sorted; so the engine's next arrival, its idle
 waits and fast-forward's stop at an arrival are exact as for pre-drawn arrivals. Open-loop engines
 (`client` None) take the original path, one test per step.
@@ -66,11 +69,13 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from wadiloco.models.engine._fast.fifo import ListFifo as RingFifo
-from wadiloco.models.engine._fast.heap import ListHeap as KeyHeap
-from wadiloco.models.engine.batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
-from wadiloco.models.engine.kv import KVPool, blocks
-from wadiloco.models.engine.prefix import PrefixCache
+# (relative: the compiled core, built as another package of the same modules, imports its own: setup.py)
+from .batching import TODAYS_STEP, EngineStep, before, compose, reach, rest, run_time, split
+from .fifo import RingFifo
+from .heap import KeyHeap
+from .kv import KVPool, blocks
+from .laws import law_of
+from .prefix import PrefixCache
 
 POOL = KVPool  # the block pool class this core takes (the compiled core: the compiled pool, whose name it cimports)
 CACHE = PrefixCache  # and the prefix cache class (the same)
@@ -172,9 +177,9 @@ class EngineState:
     them here at every step, so whenever anything else runs this is the state as of `now`."""
 
     __slots__ = (
-        # configuration: limits, latency model, host work per iteration (h + h1*batch + h2*tokens),
-        # frontend work (fq per admitted request, ft per output token), sequential step or not
-        ("max_seqs", "budget", "a", "b", "c", "d", "e", "h", "h1", "h2", "fq", "ft", "seq", "front")
+        # configuration: limits, latency law (models.engine.laws), host work per iteration (h + h1*batch +
+        # h2*tokens), frontend work (fq per admitted request, ft per output token), sequential step or not
+        ("max_seqs", "budget", "law", "h", "h1", "h2", "fq", "ft", "seq", "front")
         # per-request inputs and results
         + ("n", "t_arr", "prompt", "output", "admitted", "first_token", "finish")
         # queues
@@ -227,10 +232,33 @@ class EngineState:
         self.slow = kv is not None or prefix is not None
         self.gate = NO_GATE
         self.max_seqs, self.budget = max_num_seqs, max_num_batched_tokens
-        self.a, self.b, self.c, self.d, self.h = lat.a, lat.b, lat.c, lat.d, host_s
-        self.e = lat.e  # per causal attention pair of prefill chunks (latency form `attention`; 0: linear)
+        self.law = law_of(lat)  # (a law of this core, or a fitted model's: models.engine.laws)
+        self.h = host_s
         self.h1, self.h2, self.seq = step.host_per_seq_s, step.host_per_token_s, step.sequential
         self.fq, self.ft, self.front = step.front_per_request_s, step.front_per_token_s, step.frontend
+        self.px = prefix
+        self._requests(t, prompt, output, cached, hashes)
+        self.next_i = 0  # next arrival not yet pulled into `waiting`
+        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
+        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
+        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
+        self.n_dec = 0  # decoding requests
+        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
+        self.diter = 0  # iterations run
+        self.n_finished = 0
+        self.contended = 0  # iterations run below full speed or shared with other jobs
+        self.now = 0.0
+        self.log: list[tuple[float, float]] | None = None
+        self.client = None
+        self.tag: array | None = None
+        self.tape = None
+        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
+        self.requeued: list[float] = []
+        self.resumed: list[float] = []
+
+    def _requests(self, t, prompt, output, cached, hashes) -> None:
+        """The per-request inputs (compact typed arrays: arrival, prompt and output lengths, cached prompt
+        tokens, block hashes), results (NaN until known) and per-request engine state."""
         self.n = n = len(t)
         if n > RIDS:
             raise ValueError(f"an engine serves at most {RIDS} requests (fin_heap keys)")
@@ -247,35 +275,17 @@ class EngineState:
         # (0 after); the prefix cache's blocks it pins (0: none, and nothing for `px.release` to do)
         self.skipped = array("q", bytes(8 * n))
         self.pinned = array("q", bytes(8 * n))
-        self._views()
-        self._grow()  # (the input arrays' views)
-        self.next_i = 0  # next arrival not yet pulled into `waiting`
-        self.waiting = RingFifo()  # arrived, not admitted, in arrival order (a preempted request at the head)
-        self.prefilling = RingFifo()  # admitted, prompt not fully computed, in admission order
-        self.fin_heap = KeyHeap()  # key(iteration after which it is done, request)
-        self.n_dec = 0  # decoding requests
-        self.sum_ctx = 0  # sum over decoders of prompt + tokens generated
-        self.diter = 0  # iterations run
-        self.n_finished = 0
-        self.contended = 0  # iterations run below full speed or shared with other jobs
-        self.now = 0.0
-        self.log: list[tuple[float, float]] | None = None
-        self.client = None
-        self.tag: array | None = None
         self.cached = array("q", bytes(8 * n)) if cached is None else packed(cached, "q", np.int64)
-        self.px = prefix
         self.hashes = None if hashes is None else list(hashes)
         if len(self.cached) != n or (self.hashes is not None and len(self.hashes) != n):
             raise ValueError("one cached-token count and one hash tuple per request")
         c, p = np.asarray(self.cached, dtype=np.int64), np.asarray(prompt, dtype=np.int64)  # (vectorised)
         if n and ((c < 0).any() or (c > p).any()):
             raise ValueError("a request's cached prompt tokens are between 0 and its prompt")
-        self.start = prefix is not None or bool(c.any())
+        self.start = self.px is not None or bool(c.any())
         del c  # (a view of the array `cached`, which must not be held while it may grow: route_in)
-        self.tape = None
-        self._head, self._head_epoch, self._head_skip, self._head_nb = -1, -1, (0, 0, 0), 0
-        self.requeued: list[float] = []
-        self.resumed: list[float] = []
+        self._views()
+        self._grow()  # (the input arrays' views)
 
     # -- closed loop: requests created as the run goes --------------------------------------------
     def attach(self, client) -> None:
@@ -357,7 +367,7 @@ class EngineState:
         """Requests arrived by `now` and not yet admitted. (Everything before next_i arrived at
         or before an earlier instant, so the search can start there.)"""
         i, t, kv = self.next_i, self.t_arr, self.kv
-        swapped = len(kv.swapped) if kv is not None else 0  # (swapped out: waiting to come back)
+        swapped = len(kv.mode.parked) if kv is not None else 0  # (swapped out: waiting to come back)
         return len(self.waiting) + swapped + (bisect_right(t, now, i + 1) - i if i < self.n and t[i] <= now else 0)
 
     def arrived(self, now: float) -> int:
@@ -369,7 +379,7 @@ class EngineState:
     def counts(self, now: float) -> Counts:
         """The requests by where they are at `now` (>= self.now; arrivals since then wait)."""
         arrived = bisect_right(self.t_arr, now)
-        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.swapped) if self.kv is not None else 0)
+        waiting = len(self.waiting) + arrived - self.next_i + (len(self.kv.mode.parked) if self.kv is not None else 0)
         rejected = self.kv.rejected if self.kv is not None else 0
         return Counts(waiting, len(self.prefilling), self.n_dec, self.n - arrived, self.n_finished, rejected)
 
@@ -392,16 +402,34 @@ class EngineState:
                 done += 1
         return seen, adm, fin, done
 
+    # -- rule 1 ---------------------------------------------------------------------------------
+    def arrive(self, now: float) -> int:
+        """Every request that has arrived by `now` waits. Publishes `now` and the next arrival's index,
+        and returns that index."""
+        i, n, waiting = self.next_i, self.n, self.waiting
+        while i < n and self._t_arr[i] <= now:
+            waiting.push(i)
+            i += 1
+        self.now, self.next_i = now, i
+        return i
+
+    def idle(self) -> bool:
+        """Nothing to run: no decoder, no prompt in prefill, none waiting (nor swapped out)."""
+        kv = self.kv
+        return not self.n_dec and not self.prefilling.n and not self.waiting.n and (kv is None or not kv.mode.parked)
+
+    def next_at(self, i: int) -> float:
+        """When an engine whose next request is i next has one to take: i's arrival, or else a router's
+        next instant (`gate`; inf: none)."""
+        if i < self.n:
+            return self._t_arr[i]
+        return self.gate.until
+
     # -- rules 2 and 4 --------------------------------------------------------------------------
-    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
-        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
-        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
-        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
-        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
-        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
-        prefilling, waiting = self.prefilling, self.waiting
-        budget0 = self.budget
-        budget = budget0 - n_dec
+    def continuing(self, budget: int) -> tuple[int, int, int]:
+        """Rule 2's first part: the requests already in prefill get the next chunk of their prompt, in
+        order, while the token budget lasts: (chunks, the last one's tokens, the budget left)."""
+        prefilling = self.prefilling
         m = take = 0
         for j in range(prefilling.n):
             if budget <= 0:
@@ -411,6 +439,17 @@ class EngineState:
             take = take if take < budget else budget
             m += 1
             budget -= take
+        return m, take, budget
+
+    def admit(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
+        """The prefill chunks of the iteration starting at `now`, admitting waiting requests as rule
+        2 allows: (m, last, pf). The chunks go to the first m requests of `prefilling` (those already
+        in prefill first, then the new admissions appended to it); each takes the rest of its prompt
+        but the last, which takes `last` tokens (the token budget may cut it short); pf is the prefill
+        tokens they add up to. No list of (request, tokens) pairs: a step needs only these three."""
+        prefilling, waiting = self.prefilling, self.waiting
+        budget0 = self.budget
+        m, take, budget = self.continuing(budget0 - n_dec)
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         while waiting.n and budget > 0 and room > 0:
             rid = waiting.pop_front()
@@ -429,16 +468,14 @@ class EngineState:
             room -= 1
         return m, take, budget0 - n_dec - budget
 
-    def step_work(self, m: int, last: int, n_dec: int, g: float) -> tuple[float, float, float]:
-        """An iteration's GPU time (`g` plus e per causal attention pair of its m chunks (`admit`),
-        each over the prompt tokens already computed), host time h0 + h1*batch + h2*scheduled tokens,
-        and the API server's time: fq per request admitted in it (a new admission has no prompt token
-        computed yet) and ft per output token it produces (one per decoder, a first token per chunk
-        that ends a prompt)."""
+    def host_work(self, m: int, last: int, n_dec: int) -> tuple[float, float]:
+        """An iteration's host time h0 + h1*batch + h2*scheduled tokens and the API server's time: fq per
+        request admitted in it (a new admission has no prompt token computed yet) and ft per output token
+        it produces (one per decoder, a first token per chunk that ends a prompt); m chunks (`admit`)."""
         if not m:
-            return g, self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
+            return self.h + (self.h1 + self.h2) * n_dec, self.ft * n_dec
         prefilling = self.prefilling
-        new = tokens = pf = pairs = 0
+        new = tokens = pf = 0
         for j in range(m):
             rid = prefilling.at(j)
             got = self._prefilled[rid]
@@ -446,9 +483,21 @@ class EngineState:
             new += got == self._skipped[rid]  # its first chunk: from the tokens it skipped
             tokens += got + take >= self._prompt[rid]
             pf += take
-            pairs += take * got + take * (take + 1) // 2  # models.engine.latency.attention_pairs
         h = self.h + self.h1 * (n_dec + m) + self.h2 * (n_dec + pf)
-        return (g + self.e * pairs if self.e else g), h, self.fq * new + self.ft * (n_dec + tokens)
+        return h, self.fq * new + self.ft * (n_dec + tokens)
+
+    def chunks(self, m: int, last: int) -> tuple[int, int]:
+        """The causal attention pairs of an iteration's m prefill chunks (`admit`), each over the prompt
+        tokens already computed (models.engine.latency.attention_pairs), and those past tokens, summed."""
+        prefilling = self.prefilling
+        pairs = past = 0
+        for j in range(m):
+            rid = prefilling.at(j)
+            got = self._prefilled[rid]
+            take = self._prompt[rid] - got if j < m - 1 else last
+            pairs += take * got + take * (take + 1) // 2
+            past += got
+        return pairs, past
 
     def first_tokens(self, m: int, last: int, end: float, diter: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
         """Rule 4 for the m prefill chunks (`admit`) of an iteration ending at `end` (the
@@ -481,7 +530,7 @@ class EngineState:
                 continue
             n_dec += 1
             if kv is not None:  # its phase: it needs a block at iterations t with (t - diter + prompt) % bs == 0
-                kv._cnt[(diter - self._prompt[rid]) % kv.bs] += 1
+                kv.enter(diter - self._prompt[rid])
             sum_ctx += self._prompt[rid] + 1
             due = diter + out - 1
             if due >> 31:
@@ -546,7 +595,7 @@ class EngineState:
                 px.prompt_tokens += self._prompt[rid]
             kv = self.kv
             if kv is not None and tok >= kv.bs:
-                kv._share[rid] = tok // kv.bs
+                kv.set_share(rid, tok // kv.bs)
         self._skipped[rid] = got
 
     def unpin(self, rid: int) -> None:
@@ -573,9 +622,8 @@ class EngineState:
         kv = self.kv
         total = self._prompt[rid] + self._output[rid]
         if due >= 0:
-            kv._cnt[(due + 1 - total) % kv.bs] -= 1
-        kv.used -= blocks(total - 1, kv.bs) - kv._share[rid]
-        kv._share[rid] = 0
+            kv.leave(due + 1 - total)
+        kv.free(rid, blocks(total - 1, kv.bs))
         if self.px is not None:
             self.unpin(rid)
         kv.run_del(rid)
@@ -588,7 +636,7 @@ class EngineState:
         do not fit (or merge buffers took blocks back), preempt the most recently admitted running
         request, as vLLM V1's scheduler does. Publishes and returns the new (n_dec, sum_ctx)."""
         kv = self.kv
-        need = kv._cnt[t % kv.bs] if n_dec else 0
+        need = kv.crossing(t) if n_dec else 0
         if kv.holding != kv.held:  # merge buffers take or give back their blocks (models.engine.kv apply_hold)
             kv.apply_hold()
         while kv.used + need > kv.cap and kv.n_running:
@@ -598,19 +646,15 @@ class EngineState:
         return n_dec, sum_ctx
 
     def _preempt(self, rid: int, t: int, n_dec: int, sum_ctx: int, need: int) -> tuple[int, int, int]:
-        """Recompute preemption (vLLM V1): free the request's blocks and put it back at the head of
-        the queue; a decoder with ctx tokens so far comes back as a prompt of ctx tokens (its prefill
-        recomputes them and yields its next token) and wants the rest of its output. With swap
-        (`kv.swap`, vLLM V0's preemption_mode swap) a decoder's context blocks are copied to host
-        memory instead (`kv.copy`: blocks crossing PCIe before the iteration) and it waits in
-        `kv.swapped` (context, iterations left) to be swapped back in (`_swap_in`); a request still in
-        prefill is recomputed either way."""
+        """Preempt running request rid before iteration t: its blocks go back and it leaves the batch. A
+        request still in prefill goes back to the head of the queue (recomputed); a decoder with ctx
+        tokens so far goes where the pool's preemption mode puts it (models.engine.preemption: back to
+        the queue as a prompt of ctx tokens, or swapped out to host memory). Returns the new (n_dec,
+        sum_ctx) and the blocks the decoders take at iteration t (`need`)."""
         kv, prompt, output = self.kv, self.prompt, self.output
         kv.run_del(rid)
         kv.preemptions += 1
         self.requeued.append(self.now)
-        shared = kv.share[rid]  # blocks the prefix cache holds for it
-        kv.share[rid] = 0
         if self.start:  # its KV is gone: what came with it is recomputed, the prefix cache's unpinned
             self.cached[rid] = 0
             self.skipped[rid] = 0
@@ -618,74 +662,47 @@ class EngineState:
                 self.unpin(rid)
         if rid in self.prefilling:
             self.prefilling.remove(rid)
-            kv.used -= blocks(prompt[rid], kv.bs) - shared
-        else:
-            due = self.fin_heap.take(rid) >> 32
-            total = prompt[rid] + output[rid]
-            ctx = total - due + t  # its context at iteration t
-            phase = (due + 1 - total) % kv.bs
-            kv.cnt[phase] -= 1
-            need -= phase == t % kv.bs
-            kv.used -= blocks(ctx - 1, kv.bs) - shared
-            n_dec, sum_ctx = n_dec - 1, sum_ctx - ctx
-            if kv.swap:  # its whole context goes to host memory (the cache's copy of shared blocks may go)
-                kv.swapped[rid] = (ctx, due - t)
-                kv.copy += blocks(ctx - 1, kv.bs)
-                return n_dec, sum_ctx, need
-            kv.orig.setdefault(rid, (prompt[rid], output[rid]))
-            prompt[rid], output[rid] = ctx, total - ctx
-        self.waiting.push_front(rid)
-        return n_dec, sum_ctx, need
+            kv.free(rid, blocks(prompt[rid], kv.bs))
+            self.waiting.push_front(rid)
+            return n_dec, sum_ctx, need
+        due = self.fin_heap.take(rid) >> 32
+        total = prompt[rid] + output[rid]
+        ctx = total - due + t  # its context at iteration t
+        need -= kv.leave(due + 1 - total) == t % kv.bs
+        kv.free(rid, blocks(ctx - 1, kv.bs))
+        kv.mode.park(self, rid, ctx, due - t)
+        return n_dec - 1, sum_ctx - ctx, need
 
     def admit_kv(self, now: float, n_dec: int, sum_ctx: int) -> tuple[int, int, int]:
         """`admit` with a block pool, after `make_room` made room for the decoders' blocks: admit
         FCFS while the prompt's blocks fit above the watermark (vLLM V0's `can_allocate`); a request
         too long ever to fit is rejected. Swapped-out decoders that come back change n_dec and
-        sum_ctx: published (`_swap_in`)."""
-        if self.kv.swapped:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
-            n_dec, sum_ctx = self._swap_in(self.diter, n_dec, sum_ctx)
+        sum_ctx: published (the pool's preemption mode, `resume`)."""
+        if self.kv.mode.parked:  # swapped-out decoders come back before anything new is admitted (vLLM V0)
+            n_dec, sum_ctx = self.kv.mode.resume(self, self.diter, n_dec, sum_ctx)
         prefilling, waiting, kv = self.prefilling, self.waiting, self.kv
         budget0 = self.budget
-        budget = budget0 - n_dec
-        m = take = 0
-        for j in range(prefilling.n):
-            if budget <= 0:
-                break
-            rid = prefilling.at(j)
-            take = self._prompt[rid] - self._prefilled[rid]
-            take = take if take < budget else budget
-            m += 1
-            budget -= take
+        m, take, budget = self.continuing(budget0 - n_dec)
         room, start = self.max_seqs - n_dec - prefilling.n, self.start
         free = kv.cap - kv.used - kv.need_now - kv.wm
         epoch = self.px.epoch if self.px is not None else 0
-        while waiting.n and budget > 0 and room > 0 and not kv.swapped:
+        while waiting.n and budget > 0 and room > 0 and not kv.mode.parked:
             rid = waiting.at(0)
             p = self._prompt[rid]
-            if rid == self._head and epoch == self._head_epoch:  # it did not fit last time: its answers hold
-                got, hit, tok = self._head_skip
-                nb = self._head_nb
-            else:
-                if kv.too_long(p + self._output[rid], p):
-                    waiting.pop_front()
-                    kv.rejected += 1
-                    continue
-                if start:  # the prefix cache's blocks it uses are held once, by the cache
-                    got, hit, tok = self.skip(rid)
-                    nb = blocks(p, kv.bs) - tok // kv.bs
-                else:
-                    got = hit = tok = 0
-                    nb = blocks(p, kv.bs)
+            nb = self.asks(rid, p, epoch)
+            if nb < 0:  # too long ever to fit
+                waiting.pop_front()
+                kv.rejected += 1
+                continue
             if nb > free:
-                # (a request waiting keeps its prompt, its cached count and its original: only the cache moves)
-                self._head, self._head_epoch, self._head_skip, self._head_nb = rid, epoch, (got, hit, tok), nb
                 break
+            got, hit, tok = self._head_skip
             self._head = -1
             waiting.pop_front()
             free -= nb
             kv.used += nb
             kv.run_add(rid)
-            first = self._admitted[rid] != self._admitted[rid]  # NaN: first admission (a recomputed one keeps its)
+            first = math.isnan(self._admitted[rid])  # its first admission (a recomputed one keeps its time)
             if first:
                 self._admitted[rid] = now
             else:
@@ -701,32 +718,23 @@ class EngineState:
             room -= 1
         return m, take, budget0 - n_dec - budget
 
-    def _swap_in(self, t: int, n_dec: int, sum_ctx: int) -> tuple[int, int]:
-        """Before iteration t, after `make_room`: swapped-out decoders come back FCFS while their
-        context's blocks (and the block the iteration may write) fit above the watermark (none kept
-        when nothing else runs), batch and token budget allowing; their blocks cross PCIe in again
-        (`kv.copy`) and they decode in this iteration. Publishes and returns the new (n_dec, sum_ctx)."""
-        kv, prompt, output, bs, sw = self.kv, self.prompt, self.output, self.kv.bs, self.kv.swapped
-        room = min(self.max_seqs - len(self.prefilling), self.budget) - n_dec
-        while sw and room > 0:
-            rid = next(iter(sw))
-            ctx, left = sw[rid]
-            nb, phase = blocks(ctx - 1, bs), (t + left + 1 - prompt[rid] - output[rid]) % bs
-            cross = phase == t % bs
-            keep = kv.wm if n_dec or len(self.prefilling) else 0
-            if kv.used + kv.need_now + nb + cross + keep > kv.cap:
-                break
-            del sw[rid]
-            self.resumed.append(self.now)
-            kv.used += nb
-            kv.need_now += cross
-            kv.cnt[phase] += 1
-            kv.run_add(rid)
-            kv.copy += nb
-            self.fin_heap.push(key(t + left, rid))
-            n_dec, sum_ctx, room = n_dec + 1, sum_ctx + ctx, room - 1
-        self.n_dec, self.sum_ctx = n_dec, sum_ctx
-        return n_dec, sum_ctx
+    def asks(self, rid: int, p: int, epoch: int) -> int:
+        """What admitting request rid (prompt p, the head of the queue) takes from a KV pool: its blocks,
+        those the prefix cache holds for it off (-1: too long ever to fit), and its cached tokens in
+        `_head_skip` (`skip`). The answers hold while the prefix cache's epoch does: a head that does not
+        fit asks again at every step (a request waiting keeps its prompt, its cached count and its
+        original lengths: only the cache moves)."""
+        if rid == self._head and epoch == self._head_epoch:
+            return self._head_nb
+        kv = self.kv
+        if kv.too_long(p + self._output[rid], p):
+            return -1
+        got = hit = tok = 0
+        if self.start:  # the prefix cache's blocks it uses are held once, by the cache
+            got, hit, tok = self.skip(rid)
+        self._head, self._head_epoch, self._head_skip = rid, epoch, (got, hit, tok)
+        self._head_nb = blocks(p, kv.bs) - tok // kv.bs
+        return self._head_nb
 
     def kv_run(self, t: int, n_dec: int) -> int:
         """A pure-decode run's length from iteration t: to the next finish, or (with a KV pool) to the
@@ -801,112 +809,144 @@ IDLE, RUN, SHARED, DONE = 0, 1, 2, 3  # what `Steps.advance` hands `serve` to do
 
 class Steps:
     """`serve`'s registers between two of the simulator's events: the step in hand (k iterations
-    ending at `end`, its m prefill chunks, the last taking `last` tokens: `EngineState.admit`;
-    `slowed`: run below full speed), the simulator's clock `t_sim`, what an interrupted step needs
-    (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the next instant a tape
-    is consulted (`mark`: models.engine.tape; inf: off tape).
+    ending at `end`, `span` long, its m prefill chunks, the last taking `last` tokens:
+    `EngineState.admit`; `slowed`: run below full speed), the simulator's clock `t_sim`, what an
+    interrupted step needs (its work g0, h, f, closed-form terms sg, sdg, sh, dg and speeds sp) and the
+    next instant a tape is consulted (`mark`: models.engine.tape; inf: off tape). `ff`: fast-forward,
+    with a law that has a line for decode runs (models.engine.laws); `extra`: host work that grows
+    with the batch, a frontend path or a sequential step.
     `advance` runs steps until one needs the simulator; with the compiled core (serving.pxd) it runs
     in C, called once per SimPy event rather than once per step."""
 
     __slots__ = ("st", "clock", "bound", "ff", "k", "end", "m", "last", "slowed", "t_sim", "sp", "delay")
-    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark")
+    __slots__ += ("g0", "h", "f", "sg", "sdg", "sh", "dg", "tape", "mark", "law", "extra", "span")
 
     def __init__(self, st: EngineState, clock: Clock, bound: Bound, ff: bool):
-        self.st, self.clock, self.bound, self.ff = st, clock, bound, ff
+        self.st, self.clock, self.bound, self.law = st, clock, bound, st.law
+        self.ff = ff and st.law.line  # (a law without a line steps one iteration at a time)
+        self.extra = st.seq or st.front or st.h1 > 0 or st.h2 > 0
         self.k, self.end, self.m, self.last, self.slowed, self.t_sim, self.sp = 0, st.now, 0, 0, False, st.now, FULL3
-        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = 0.0
+        self.g0 = self.sg = self.sdg = self.sh = self.dg = self.f = self.delay = self.span = 0.0
         self.h = st.h  # (today's engine: host work h0 alone, frontend work none)
         self.tape, self.mark = st.tape, -INF if st.tape else INF
 
     def advance(self) -> int:
         """Book the step in hand and run the next ones until one needs the simulator: DONE (all served), IDLE
         or RUN (wait `delay`; RUN interruptibly), SHARED (run g0, h, f as jobs on the links). Publishes `st`."""
-        st, clock, bound, ff, tape, mark = self.st, self.clock, self.bound, self.ff, self.tape, self.mark
-        k, end, m, last, slowed, t_sim = self.k, self.end, self.m, self.last, self.slowed, self.t_sim
-        g0, h, f, sg, sdg, sh, dg = self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg
-        t_arr, n, max_seqs, a, b, c, d = st._t_arr, st.n, st.max_seqs, st.a, st.b, st.c, st.d
-        seq, extra = st.seq, st.seq or st.front or st.h1 > 0 or st.h2 > 0 or st.e > 0
-        waiting, prefilling, gate, kv, slow = st.waiting, st.prefilling, st.gate, st.kv, st.slow
-        gpu_jobs, host_jobs, now, i = clock.gpu_jobs, clock.host_jobs, st.now, st.next_i
-        until = bound.until  # (only SimPy events move it: constant while this runs)
-        n_dec, sum_ctx, diter = st.n_dec, st.sum_ctx, st.diter
+        st = self.st
+        until = self.bound.until  # (only SimPy events move it: constant while this runs)
+        busy = bool(self.clock.gpu_jobs or self.clock.host_jobs)  # other work on the engine's links (constant too)
         while True:
-            if k:  # book the step in hand: k iterations ended at `end` (rule 4)
-                diter, sum_ctx = diter + k, sum_ctx + n_dec * k
-                st.contended += k if slowed else 0
-                if slow:  # a KV pool, a prefix cache, a log or a client books it
-                    t_arr = None  # (a client may add requests: the arrays grow only without views, `_unview`)
-                    _book_slow(st, k, m, last, now, end, diter, n_dec, sum_ctx)
-                    n, t_arr = st.n, st._t_arr
-                else:
-                    if m:
-                        n_dec, sum_ctx = st.first_tokens(m, last, end, diter, n_dec, sum_ctx)
-                    st.finish_due(end, diter, n_dec, sum_ctx, None)
-                n_dec, sum_ctx = st.n_dec, st.sum_ctx
-            now = end
-            while i < n and t_arr[i] <= now:  # rule 1
-                waiting.push(i)
-                i += 1
-            st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter = now, i, n_dec, sum_ctx, diter
-            if now >= mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
-                mark = tape.mark(st, until, gpu_jobs or host_jobs)
-                now, i, n_dec, sum_ctx, diter = st.now, st.next_i, st.n_dec, st.sum_ctx, st.diter
-            if not n_dec and not prefilling.n and not waiting.n and (kv is None or not kv.swapped):  # idle (rule 1)
-                if i >= n and gate.until == INF:
+            if self.k:
+                self._book()  # rule 4
+            now = self.end
+            i = st.arrive(now)  # rule 1
+            if now >= self.mark:  # on a tape (models.engine.tape): record a snapshot, or jump ahead along the baseline
+                self.mark = self.tape.mark(st, until, busy)
+                now, i = st.now, st.next_i
+            if st.idle():
+                what = self._idle(now, until, busy)
+                if what == DONE:
                     return DONE
-                k, end = 0, now + (span := _next_at(st, i) - now)
-                if tape and (r := tape.idle(st, i, now, end, until, gpu_jobs or host_jobs)) == r:
-                    i, diter, end, mark = st.next_i, st.diter, r, tape.after(r)  # copied a busy period: on tape
-                    continue
-                if end >= until:
-                    what = IDLE
+                if what == IDLE:
                     break
                 continue
-            if kv is not None:  # the decoders' blocks for this iteration (preempting if they do not fit)
-                n_dec, sum_ctx = st.make_room(diter, n_dec, sum_ctx)
-            if prefilling.n or waiting.n or kv is not None and kv.swapped:  # rules 2 and 3
-                m, last, pf = st.admit_kv(now, n_dec, sum_ctx) if kv is not None else st.admit(now, n_dec, sum_ctx)
-                n_dec, sum_ctx = st.n_dec, st.sum_ctx  # (published; admit_kv's swap-ins change them)
-                g0 = a + b * pf + c * sum_ctx + d * (n_dec + m)
-            else:
-                m, g0 = 0, a + c * sum_ctx + d * n_dec  # the value above: a + b*0 == a exactly
-            if extra:  # host work that grows with the batch, a frontend path, a sequential step, attention
-                g0, h, f = st.step_work(m, last, n_dec, g0)
-            sg, sh, slowed, dg, sdg = g0, h, False, c * n_dec, c * n_dec
-            if gpu_jobs or host_jobs or kv is not None and kv.copy:  # (merge work on front comes with host's)
-                rg, rh, rf = sp = clock.speeds()
-                if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
-                    what = SHARED
-                    break
-                vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
-                sg, sdg, sh, slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
-            if extra:  # what the closed forms take (g0, h) for the generation
-                sg, sh = compose(sg, sh, f / vf if slowed else f, seq)
-            k, span = 1, (sh if sh > sg else sg)
-            if ff and n_dec and not m:
-                k = st.kv_run(diter, n_dec)  # >= 1: the finished were popped
-                span = run_time(k, sg, sdg, sh)
-                if k > 1 and (n_dec < max_seqs or i >= n) and span > (gap := _next_at(st, i) - now):
-                    # stop for an arrival it could admit, or before the iteration in flight when a router looks
-                    k, span = reach(gap, sg, sdg, sh, k) if i < n else before(gap, sg, sdg, sh, k)
-            end = now + span
-            if end >= until:
+            if self._compose(now, busy) == SHARED:  # rules 2 and 3
+                what = SHARED
+                break
+            self._time(now, i)
+            if self.end >= until:
                 what = RUN
                 break
-        self.k, self.end, self.m, self.last, self.slowed, self.mark = k, end, m, last, slowed, mark
-        self.g0, self.h, self.f, self.sg, self.sdg, self.sh, self.dg = g0, h, f, sg, sdg, sh, dg
         if what != SHARED:
-            self.delay = span if t_sim == now else delay_to(t_sim, end)
+            self.delay = self.span if self.t_sim == now else delay_to(self.t_sim, self.end)
         return what
 
+    def _book(self) -> None:
+        """Rule 4 for the step in hand, k iterations from st.now ended at `end`: first tokens, finishes.
+        A KV pool, a prefix cache, a log or a client books it (`_book_slow`; a client may add requests)."""
+        st, k, m, end = self.st, self.k, self.m, self.end
+        n_dec = st.n_dec
+        diter, sum_ctx = st.diter + k, st.sum_ctx + n_dec * k
+        st.contended += k if self.slowed else 0
+        if st.slow:
+            _book_slow(st, k, m, self.last, st.now, end, diter, n_dec, sum_ctx)
+        else:
+            if m:
+                n_dec, sum_ctx = st.first_tokens(m, self.last, end, diter, n_dec, sum_ctx)
+            st.finish_due(end, diter, n_dec, sum_ctx, None)
+        st.diter = diter
 
-def _next_at(st: EngineState, i: int) -> float:
-    """When an engine whose next request is i next has one to take: i's arrival, or else a client's
-    next request (inf: none). (A function, not `x if c else y` inline: the compiled core keeps it a C
-    double, where the inline expression would mix a C double and a Python float.)"""
-    if i < st.n:
-        return st._t_arr[i]
-    return st.gate.until
+    def _time(self, now: float, i: int) -> None:
+        """The step from `now`, composed: one iteration, or (fast-forward) the pure-decode iterations up to
+        the next finish, or up to the first boundary at or after an arrival it could admit (i: the next
+        request), timed in closed form (models.engine.batching)."""
+        st, sg, sdg, sh = self.st, self.sg, self.sdg, self.sh
+        n_dec = st.n_dec
+        k, span = 1, (sh if sh > sg else sg)
+        if self.ff and n_dec and not self.m:
+            k = st.kv_run(st.diter, n_dec)  # >= 1: the finished were popped
+            span = run_time(k, sg, sdg, sh)
+            if k > 1 and (n_dec < st.max_seqs or i >= st.n) and span > (gap := st.next_at(i) - now):
+                # stop for an arrival it could admit, or before the iteration in flight when a router looks
+                k, span = reach(gap, sg, sdg, sh, k) if i < st.n else before(gap, sg, sdg, sh, k)
+        self.k, self.span, self.end = k, span, now + span
+
+    def _idle(self, now: float, until: float, busy: bool) -> int:
+        """Nothing to run at `now`: DONE when nothing will come; else wait for the next request (IDLE),
+        or go on at once (-1) when that wait ends before the bound or a tape copied a busy period."""
+        st = self.st
+        i = st.next_i
+        if i >= st.n and st.gate.until == INF:
+            return DONE
+        self.k, self.span = 0, st.next_at(i) - now
+        self.end = now + self.span
+        tape = self.tape
+        if tape:
+            r = tape.idle(st, i, now, self.end, until, busy)
+            if not math.isnan(r):  # copied a busy period: on tape
+                self.end, self.mark = r, tape.after(r)
+                return -1
+        return IDLE if self.end >= until else -1
+
+    def _compose(self, now: float, busy: bool) -> int:
+        """Rules 2 and 3 for the iteration starting at `now`: the decoders' blocks (preempting if they do
+        not fit), admissions, and the iteration's GPU, host and frontend work g0, h, f, with its growth dg
+        over a pure-decode run (the law's line) and their times sg, sdg, sh at the speeds the jobs on
+        the engine's links leave it (`clock.speeds`; `slowed`). SHARED when the fabric must share the
+        links (or swap copies cross PCIe first), else RUN."""
+        st, kv, law = self.st, self.st.kv, self.law
+        if kv is not None:
+            st.make_room(st.diter, st.n_dec, st.sum_ctx)
+        m = pf = 0
+        if kv is not None and (st.prefilling.n or st.waiting.n or kv.mode.parked):
+            m, self.last, pf = st.admit_kv(now, st.n_dec, st.sum_ctx)
+        elif kv is None and (st.prefilling.n or st.waiting.n):
+            m, self.last, pf = st.admit(now, st.n_dec, st.sum_ctx)
+        n_dec, sum_ctx, self.m, dg = st.n_dec, st.sum_ctx, m, 0.0  # (published: admit_kv's swap-ins change them)
+        if m:
+            pairs = past = 0
+            if law.detail:
+                pairs, past = st.chunks(m, self.last)
+            g0 = law.step_time(pf, m, pairs, past, n_dec, sum_ctx)
+        elif law.line:
+            g0, dg = law.decode_line(n_dec, sum_ctx)
+        else:
+            g0 = law.step_time(0, 0, 0, 0, n_dec, sum_ctx)
+        if self.extra:  # host work that grows with the batch, a frontend path, a sequential step
+            self.h, self.f = st.host_work(m, self.last, n_dec)
+        h, vf, sg, sdg = self.h, 1.0, g0, dg
+        self.g0, self.dg, self.slowed, sh = g0, dg, False, h
+        if busy or kv is not None and kv.copy:  # (merge work on front comes with host's)
+            rg, rh, rf = sp = self.clock.speeds()
+            if rg is None or rh is None or rf is None or kv is not None and kv.copy:  # shared (or swap copies)
+                return SHARED
+            vg, vh, vf = rg, rh, rf  # (C doubles in the compiled core)
+            sg, sdg, sh, self.slowed, self.sp = g0 / vg, dg / vg, h / vh, vg < 1.0 or vh < 1.0 or vf < 1.0, sp
+        if self.extra:  # what the closed forms take (g0, h) for the generation
+            sg, sh = compose(sg, sh, self.f / vf if self.slowed else self.f, st.seq)
+        self.sg, self.sdg, self.sh = sg, sdg, sh
+        return RUN
 
 
 def serve(st: EngineState, clock: Clock, bound: Bound, ff: bool) -> Generator:

@@ -1,5 +1,4 @@
-"""A sidecar's trajectory, recorded in one run and replayed in another of the same workload and seed
-(issue 16 item 3: the runs of one seed, its policies and matched-random draws, share work exactly).
+"""A sidecar's trajectory, recorded in one run and replayed in another of the same workload and seed.
 
 Why it is exact. Every run of a seed serves the same requests (common random numbers), and an
 engine's step rules depend only on its state, its requests and the speeds it runs at. A baseline
@@ -19,7 +18,7 @@ for bit): it then copies the baseline's busy period if that ends before the boun
 Iteration counts enter the rules only as differences (a decoder is done `n` iterations after it
 started), so they are stored relative to the snapshot's. Only open-loop engines without a KV pool,
 prefix cache, router or iteration log take a tape (sim.fleet Fleet.share), and a baseline engine
-that ever ran a contended iteration gives none. tests/test_tape.py: runs with and without tapes
+that ever ran a contended iteration gives none. tests/engine/test_tape.py: runs with and without tapes
 give identical results on every regime.
 """
 

@@ -22,11 +22,11 @@ shaped with tc to 50 Mb/s .. 5 Gb/s); docs/network.md gives the runs, the fit an
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec.files import describe, json_text, strict_number
 
 MIB = 2**20
 DDP_BUCKET_BYTES = 25 * MIB  # torch DDP's bucket_cap_mb default
@@ -119,17 +119,14 @@ def analytic_time(msg_bytes: float, n_ranks: int, link_bps: float) -> float:
 
 def parse_iperf3(text: str, file: object) -> float:
     """bps of one `iperf3 -J` result: the receiver's average (end.sum_received, else end.sum)."""
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InputError(file, "", f"not iperf3 JSON ({e})") from None
+    doc = json_text(text, file)  # strict: no NaN, no integer of hundreds of digits
     end = doc.get("end") if isinstance(doc, dict) else None
     if not isinstance(end, dict):
         raise InputError(file, "end", "missing: give the output of `iperf3 -J`")
     key = "sum_received" if "sum_received" in end else "sum"
     bps = end.get(key, {}).get("bits_per_second") if isinstance(end.get(key), dict) else None
     if not _positive(bps):
-        raise InputError(file, f"end.{key}.bits_per_second", f"must be a number > 0 (got {bps!r})")
+        raise InputError(file, f"end.{key}.bits_per_second", f"must be a number > 0 (got {describe(bps)})")
     return float(bps)
 
 
@@ -156,10 +153,7 @@ def parse_nccl(text: str, file: object, column: str = "busbw") -> list[tuple[flo
 
 
 def _nccl_json(text: str, file: object) -> list[tuple[float, float]]:
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise InputError(file, "", f"not JSON ({e})") from None
+    doc = json_text(text, file)
     rows = doc.get("nccl_curve") if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not rows:
         raise InputError(file, "nccl_curve", "must be a non-empty list of {msg_bytes, bps}")
@@ -169,13 +163,14 @@ def _nccl_json(text: str, file: object) -> list[tuple[float, float]]:
         bps = r.get("bps", r.get("achieved_bps"))
         for key, v in (("msg_bytes", r.get("msg_bytes")), ("bps", bps)):
             if not _positive(v):
-                raise InputError(file, f"[{i}].{key}", f"must be a number > 0 (got {v!r})")
+                raise InputError(file, f"[{i}].{key}", f"must be a number > 0 (got {describe(v)})")
         out.append((float(r["msg_bytes"]), float(bps)))
     return out
 
 
 def _positive(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    x, why = strict_number(v)  # finite, not a boolean, not an integer too large for a float
+    return not why and x > 0
 
 
 # ---- fits ------------------------------------------------------------------------------------------

@@ -1,4 +1,3 @@
-# cython: wraparound=False
 """Jobs on shared links and their weighted max-min fair rates by progressive filling: the data and
 the arithmetic of every re-allocation of a shared resource (sim.fabric Fabric), which setup.py
 compiles with the serving core (models/engine/_fast/__init__.py picks the compiled or the pure
@@ -8,7 +7,7 @@ Jobs cross links (indices into `cap`); each has a weight and a cap on its rate. 
 link splits what it has left among its unfrozen jobs in proportion to their weights, and the tightest
 constraint freezes first: the link with the least level (capacity left per unit of weight), or a
 job's own cap. The float operations, their order and the tie-breaks are those of the plain statement
-(tests/test_fabric.py keeps the two bit-identical):
+(tests/network/test_fabric.py keeps the two bit-identical):
 - a link's weight sum is the sum of its unfrozen jobs' weights, in job order, from 0.0;
 - the tightest link is the first whose level is least, in the order the unfrozen jobs first cross
   the links (job by job, link by link);
@@ -77,8 +76,7 @@ class Job:
     finish instant live in the fabric's arrays, in job order (sim.fabric), where a re-allocation
     reads and writes them; when it leaves, they come back here."""
 
-    __slots__ = ("links", "lidx", "work", "weight", "max_rate", "done", "tag", "started", "fabric")
-    __slots__ += ("_left", "_rate", "_finish")
+    __slots__ = ("links", "lidx", "work", "weight", "max_rate", "done", "tag", "started", "fabric", "kept")
 
     def __init__(self, links, work, weight, max_rate, done, tag, now):
         self.links = links
@@ -90,19 +88,28 @@ class Job:
         self.tag = tag
         self.started = now
         self.fabric = None
-        self._left, self._rate, self._finish = work, 0.0, INF
+        self.kept = (work, 0.0, INF)  # (work left, rate, finish) while off a fabric
+
+    def state(self) -> tuple:
+        """(work left, rate, finish): its fabric's (sim.fabric Fabric.state), or its own once it left."""
+        return self.fabric.state(self) if self.fabric is not None else self.kept
+
+    def leave(self, left: float, rate: float, finish: float) -> None:
+        """It is off its fabric, with these last values."""
+        self.fabric = None
+        self.kept = (left, rate, finish)
 
     @property
     def remaining(self) -> float:
-        return self.fabric._rem[self.fabric.jobs.index(self)] if self.fabric is not None else self._left
+        return self.state()[0]
 
     @property
     def rate(self) -> float:
-        return self.fabric._rate[self.fabric.jobs.index(self)] if self.fabric is not None else self._rate
+        return self.state()[1]
 
     @property
     def finish(self) -> float:
-        return self.fabric._fin[self.fabric.jobs.index(self)] if self.fabric is not None else self._finish
+        return self.state()[2]
 
 
 def due(rate: float, remaining: float, now: float) -> float:

@@ -1,7 +1,9 @@
 """Merge policies: a new policy is one module here, registered with `@register` (policies.registry)
 and imported below, plus its YAML name.
 
-The built-in modules are imported here, statically, so that importing the package registers them.
+The built-in modules are imported here, statically, so that importing the package registers them;
+a plug-in registers its own (`replay`, the testbed's: models/testbed/plugin.py) and `POLICIES`
+loads the packaged plug-ins before it is first read (models.plugins).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from wadiloco.models.policies import (  # noqa: F401  (imported to register)
     online_forecast,
     overlap_oracle,
     pressure_gated,
-    replay,
     sim_oracle,
     wa_diloco,
 )

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.policies.base import Params, Policy, PolicyContext
 from wadiloco.models.spec.schema import validate
 
-POLICIES: dict[str, type[Policy]] = {}
+POLICIES: Registry[str, type[Policy]] = Registry("policy")
 RENAMED = {"offline_calibrated": "overlap_oracle"}  # old name -> new: named in the error for the old one
 
 
@@ -40,6 +41,8 @@ def parse_policy(
     cls = POLICIES[name]
     if params is not None and not isinstance(params, dict):
         raise InputError(file, f"{where}.params", "must be a mapping of parameter names to values")
+    if params and not cls.Params.model_fields:
+        raise InputError(file, f"{where}.params", f"{name} takes no parameters (got {', '.join(map(str, params))})")
     return cls, validate(cls.Params, params or {}, file, f"{where}.params")
 
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from wadiloco.models.spec.scenario import MERGE_PHASES as PHASE_NAMES  # the order a merge runs them in
-from wadiloco.models.testbed.metrics import summarize as testbed_summary
 
 # ---- a run's figures, by column name ------------------------------------------------------------
 REQUESTS = "requests"
 COMPLETED = "completed"
 SLO_VIOLATIONS = "slo_violations"
 SLO_VIOLATION_RATE = "slo_violation_rate"
-MERGES = "merges"
+MERGES = "merges"  # completed merges
+MERGES_UNFINISHED = "merges_unfinished"  # a merge still running when the run ended (0 or 1)
 MERGE_DURATION_MEAN = "merge_duration_mean_s"
 OVERLAP_REQUESTS = "overlap_requests"
 TTFT_P95 = "ttft_p95_s"
@@ -143,7 +143,7 @@ def _overlap(arr, end, merge_id, phase, best, a: float, b: float, index: int, pi
 
 # The request table's columns as a user reads them (requests.csv): units in the names, the merge
 # phase by name, and no column called `merge` (it would shadow DataFrame.merge). Columns not named
-# here (testbed labels) keep their names. docs/data_dictionary.md describes each.
+# here (an extra's, e.g. the testbed's labels) keep their names. docs/data_dictionary.md describes each.
 REQUEST_CSV_COLUMNS = {
     "sidecar": "sidecar",
     "arrival": "arrival_s",
@@ -157,6 +157,7 @@ REQUEST_CSV_COLUMNS = {
     "tpot": "tpot_s",
     "completed": "completed",
     "violated": "slo_violated",
+    "violated_no_sync": "slo_violated_no_sync",  # `run`'s paired run without merges, same requests
     "merge": "merge_index",
     "phase": "merge_phase",
 }
@@ -168,24 +169,6 @@ def labelled_requests(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     if "merge_phase" in out:
         names = np.array([*PHASE_NAMES, ""], dtype=object)
         out["merge_phase"] = names[np.where(out["merge_phase"] >= 0, out["merge_phase"], len(PHASE_NAMES))]
-    return out
-
-
-# Testbed labels (models.cotenant.LabelPlan), columns only a scenario with `testbed_labels:` gets:
-# whether a request started in a sync window, and with a pressure source, the max pressure at its
-# start and whether that is high (paper_testbed.md 2.6; the testbed reads them at batch start).
-LABEL_COLUMNS = ("sync_active", "max_pressure", "high_pressure")
-
-
-def testbed_figures(r: dict[str, np.ndarray], merges: int) -> dict[str, Any]:
-    """The testbed's own summary of a labelled run (models.testbed.metrics.summarize: request-weighted
-    percentiles, bins read at batch start), over completed requests, plus `slo_pct`: the share of all
-    requests that violate (the table's `violated`: unfinished, or over an SLO), in percent."""
-    done = r["completed"]
-    press = r["max_pressure"][done] if "max_pressure" in r else np.zeros(int(done.sum()))
-    out = testbed_summary(r["arrival"][done], r["e2e"][done], r["output"][done], r["sync_active"][done], press)
-    out["slo_pct"] = 100.0 * float(np.mean(r["violated"])) if len(r["violated"]) else math.nan
-    out["merges"] = merges
     return out
 
 
@@ -217,7 +200,7 @@ def sorted_percentiles(xs: np.ndarray, q) -> list[float]:
     method step for step (numpy.lib._function_base_impl: the virtual index (n - 1) q / 100, its floor
     and the next order statistic, both the last one past the end, and `_lerp`, which interpolates
     from the nearer one).
-    tests/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
+    tests/engine/test_setup_cuts.py checks it against np.percentile on ties, infinities and any q."""
     n = len(xs)
     v = (n - 1) * np.true_divide(np.asarray(q, dtype=np.float64), 100)
     lo = np.floor(v)
@@ -241,9 +224,10 @@ def summarize(
     overl = r["merge"] >= 0
     by_phase = {name: int(np.sum(viol & (r["phase"] == i))) for i, name in enumerate(PHASE_NAMES)}
     by_phase["none"] = int(np.sum(viol & ~overl))
-    durs = [m.duration for m in merges]
+    done = [m for m in merges if not m.unfinished]  # durations of completed merges only (one cut short says less)
+    durs = [m.duration for m in done]
     phase_means = {  # a phase the scenario's merges do not run (merge.phases) lasts 0
-        name: float(np.mean([_span(m.phases.get(name, (0.0, 0.0))) for m in merges])) if merges else 0.0
+        name: float(np.mean([_span(m.phases.get(name, (0.0, 0.0))) for m in done])) if done else 0.0
         for name in PHASE_NAMES
     }
     e2e_in = r["e2e"][overl & r["completed"]]
@@ -254,7 +238,7 @@ def summarize(
         COMPLETED: int(np.sum(r["completed"])),
         "unfinished": int(n - np.sum(r["completed"])),
         SLO_VIOLATIONS: int(np.sum(viol)),
-        SLO_VIOLATION_RATE: float(np.mean(viol)) if n else 0.0,
+        SLO_VIOLATION_RATE: float(np.mean(viol)) if n else None,  # no requests: no rate (null, not 0)
         "ttft_p50_s": ttft[0],
         TTFT_P95: ttft[1],
         "ttft_p99_s": ttft[2],
@@ -263,7 +247,8 @@ def summarize(
         "e2e_p50_s": e2e[0],
         E2E_P95: e2e[1],
         "e2e_p99_s": e2e[2],
-        MERGES: len(merges),
+        MERGES: len(done),
+        MERGES_UNFINISHED: len(merges) - len(done),
         MERGE_DURATION_MEAN: float(np.mean(durs)) if durs else 0.0,
         "merge_phase_mean_s": phase_means,
         OVERLAP_REQUESTS: int(np.sum(overl)),

@@ -4,10 +4,11 @@ The fleet (sim.fleet) hands over what the run produced: each sidecar's requests 
 input of models.results.metrics.request_table), the merges, the run's own figures (`figures`: who
 ran, the training progress, times, hashes, engine and link figures) and its *extras*: the parts a
 scenario may add beyond the core fleet (KV pools, prefix caches, a router, disaggregated or pooled
-engines, a GPU co-tenant, testbed labels, closed-loop clients, an oracle's search). Each extra adds
-its request-table columns, summary keys and invariants through one small protocol (`Extra`); the
-core keys never change with them. The summary's keys come in a fixed order: the request figures
-(metrics.summarize), the run's figures, then each extra's, in the order the fleet lists them.
+engines, a GPU co-tenant, closed-loop clients, an oracle's search, and the scenario blocks a plug-in
+resolves, models.results.blocks: the testbed's labels). Each extra adds its request-table columns,
+summary keys and invariants through one small protocol (`Extra`); the core keys never change with
+them. The summary's keys come in a fixed order: the request figures (metrics.summarize), the run's
+figures, then each extra's, in the order the fleet lists them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.results.metrics import request_table, summarize, testbed_figures
+from wadiloco.models.results.metrics import request_table, summarize
 from wadiloco.models.spec.run import SLOSpec
 from wadiloco.models.workload.clients import tag_column
 
@@ -88,7 +89,9 @@ def check_run(req: Table, merges: Sequence, arrived: int, peak_load: float, extr
 
 
 def merge_rows(merges: Sequence) -> list[dict[str, Any]]:
-    """One row per merge (merges.csv): when it was decided, started and ended, and each phase's span."""
+    """One row per merge (merges.csv): when it was decided, started and ended, whether it was still
+    running when the run ended (`unfinished`: its end and its last phase's end are the run's), and
+    each phase's span."""
     return [
         {
             "merge_index": m.index,
@@ -97,6 +100,7 @@ def merge_rows(merges: Sequence) -> list[dict[str, Any]]:
             "start_s": m.start,
             "end_s": m.end,
             "duration_s": m.end - m.start,
+            "unfinished": m.unfinished,
             **{f"{k}_start_s": v[0] for k, v in m.phases.items()},
             **{f"{k}_end_s": v[1] for k, v in m.phases.items()},
         }
@@ -112,7 +116,7 @@ class RunResult:
     draw: int
     summary: dict[str, Any]
     requests: dict[str, np.ndarray] = field(repr=False)
-    merges: list = field(repr=False)  # sim.training.MergeRecord
+    merges: list = field(repr=False)  # sim.training.MergeRecord; the last may be `unfinished` (running at the end)
     timeline: Mapping[str, np.ndarray] = field(repr=False)  # filled when first read (sim.monitor Timeline)
     decisions: list[tuple[int, float, bool]] = field(repr=False)
     scenario_digest: str = ""  # Scenario.digest() of what ran
@@ -121,6 +125,11 @@ class RunResult:
     # where merges act through a co-tenant's window after each merge (a `merges` timetable: the testbed
     # twin), each merge's window (models.cotenant CotenantPlan.merge_window); None otherwise
     merge_windows: list[tuple[float, float]] | None = field(default=None, repr=False)
+
+    @property
+    def completed_merges(self) -> list:
+        """The merges that finished (`merges` also holds one still running at the end, `unfinished`)."""
+        return [m for m in self.merges if not m.unfinished]
 
     def record(self) -> dict[str, Any]:
         """The summary with what ran, exactly: the scenario's digest and the policy's params (summary.json)."""
@@ -166,20 +175,6 @@ class PrefixCaches(NoExtra):
             return {}
         prompt = sum(c.prompt_tokens for c in self.caches)
         return {"prefix_hit_rate": sum(c.hit_tokens for c in self.caches) / prompt if prompt else 0.0}
-
-
-class Labels(NoExtra):
-    """Testbed labels (`testbed_labels:`, models.cotenant.LabelPlan): the label columns of every request
-    at its start, and the testbed's own figures of the labelled run (`testbed`)."""
-
-    def __init__(self, plan):
-        self.plan = plan
-
-    def columns(self, req: Table, merges: Sequence) -> Mapping[str, np.ndarray]:
-        return self.plan.columns(req["arrival"], np.array([m.end for m in merges], dtype=float))
-
-    def summary(self, req: Table, merges: Sequence) -> dict[str, Any]:
-        return {"testbed": testbed_figures(req, len(merges))}
 
 
 class Engines(NoExtra):

@@ -4,7 +4,7 @@ A router sits in front of the sidecars and picks one for each request as it arri
 runs it). It sees only a `RouterView`: the present state of each sidecar (requests outstanding,
 free KV blocks, whether merge work presses on its host now) and the arriving request's own lengths
 and prefix key. Nothing about later arrivals reaches it: the view is built from the engines' state
-at the arrival instant (the oracle boundary, tests/test_oracle_boundary.py).
+at the arrival instant (the oracle boundary, tests/policies/test_oracle_boundary.py).
 
 `static` is the exception: it keeps the workload's own dealing (models.workload.kinds `spread`), decided
 before the run, and no router process runs at all (off the hot path).
@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.spec.schema import validate
 
 
@@ -69,7 +70,7 @@ def least(view: RouterView, score, among=None) -> int:
     return best_s
 
 
-ROUTERS: dict[str, type[Router]] = {}
+ROUTERS: Registry[str, type[Router]] = Registry("router")
 
 
 def register(cls: type[Router]) -> type[Router]:

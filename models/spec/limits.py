@@ -83,9 +83,13 @@ def check_count(name: str, n: float, file: object, field: str, what: str, other:
 
 def notes(sc, policy: str) -> list[str]:
     """Things a run will do that its author may not expect, said before it starts."""
+    from wadiloco.models.policies import POLICIES
+
     out = []
     corridor_s = sc.merge.h_min * sc.training.step_time_s
-    if policy != "no_sync" and corridor_s >= sc.horizon_s:
+    cls = POLICIES.get(policy)
+    bound = cls is not None and cls.respects_corridor  # a replayed schedule merges where it says
+    if policy != "no_sync" and bound and corridor_s >= sc.horizon_s:
         out.append(
             f"merge.h_min ({sc.merge.h_min} steps of {sc.training.step_time_s:g} s = {corridor_s:g} s) does not fit "
             f"in horizon_s ({sc.horizon_s:g} s): this run cannot merge"

@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from wadiloco.models.cotenant import check_timetable
+from wadiloco.models.engine.latency import table_file, table_law
 from wadiloco.models.engine.profiles import check_refs, resolve_profile
 from wadiloco.models.errors import InputError
 from wadiloco.models.policies import parse_policy
+from wadiloco.models.results.blocks import RESULT_BLOCKS
+from wadiloco.models.spec.buildcheck import check_buildable
+from wadiloco.models.spec.files import named_by
 from wadiloco.models.spec.scenario import (
+    PLUGIN_BLOCKS,
     EngineConfig,
     FleetConfig,
     InterferenceConfig,
@@ -32,7 +37,7 @@ from wadiloco.models.spec.scenario import (
     TrainingConfig,
 )
 from wadiloco.models.spec.schema import Strict, check_finite, format_validation_error, read_yaml, validate
-from wadiloco.models.workload.kinds import parse_workload
+from wadiloco.models.workload.kinds import WORKLOADS, parse_workload
 
 _check_finite = check_finite  # the name experiments.sweep imports
 
@@ -80,7 +85,8 @@ def check_policy(sc: Scenario, name: str, params: dict | None, file: object, whe
 def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base_dir: str, file: object, where: str):
     """`check_policy` against a corridor and the folder the params' files are relative to."""
     cls, p = parse_policy(name, params, file, where)
-    problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
+    with named_by(file, f"{where}.params"):  # a file the params name: its own errors name it and its line
+        problem = cls.check_corridor(p, h_min, h_max) or cls.check_inputs(p, base_dir)
     if problem:
         raise InputError(file, f"{where}.params", problem)
     return cls, p
@@ -89,14 +95,17 @@ def check_policy_in(name: str, params: dict | None, h_min: int, h_max: int, base
 def check_inputs(sc: Scenario, file: object) -> None:
     """The checks against the registries and the files a scenario names, cheap (nothing is fitted or
     built): the workload's params (a trace is read, once per process and file), the engine profile's
-    file, model and co-tenant entry, the policy's params against the corridor, the timetables. The
+    file, model and co-tenant entry, the policy's params against the corridor, the timetables, and
+    everything else a fleet's build would fail at (models.spec.buildcheck). The
     parsed workload and policy are kept for its resolution while the scenario lives (`checked`)."""
     workload = parse_workload(sc.workload, file, sc.base_dir)
+    if sc.engine.latency == "table":  # (read once per process and file version: resolution asks again)
+        table_law(table_file(sc.engine.latency_table, sc.base_dir, file))
     path = resolve_profile(sc.engine.profile, sc.base_dir, file) if sc.engine.profile is not None else None
     if path is not None:
         check_refs(path, sc.engine.model, None, file)
     policy = check_policy(sc, *policy_choice(sc, None, None), file, "policy")
-    c, lab = sc.cotenant, sc.testbed_labels
+    c = sc.cotenant
     if c is not None:
         check_timetable(c.timetable, sc.horizon_s, sc.base_dir, file, "cotenant.timetable")
         if c.weight is None and path is None:
@@ -105,10 +114,25 @@ def check_inputs(sc: Scenario, file: object) -> None:
             )
         if c.weight is None:
             check_refs(path, None, c.profile_entry, file)
-    if lab is not None:
-        check_timetable(lab.sync, sc.horizon_s, sc.base_dir, file, "testbed_labels.sync")
+    for name, block in plugin_blocks(sc, file):
+        RESULT_BLOCKS[name].check(block, sc.horizon_s, sc.base_dir, file)
+    check_buildable(sc, WORKLOADS[workload.kind].clients is not None, file)
     _CHECKED[id(sc)] = (workload, policy)
     weakref.finalize(sc, _CHECKED.pop, id(sc), None)
+
+
+def plugin_blocks(sc: Scenario, file: object) -> list[tuple[str, Any]]:
+    """The scenario's blocks a plug-in resolves (scenario.PLUGIN_BLOCKS) that it sets, as (name, block),
+    in that order; one with no plug-in registered for it is an input error."""
+    out = []
+    for name in PLUGIN_BLOCKS:
+        block = getattr(sc, name)
+        if block is None:
+            continue
+        if name not in RESULT_BLOCKS:
+            raise InputError(file, name, f"no plug-in resolves this block (registered: {RESULT_BLOCKS.known()})")
+        out.append((name, block))
+    return out
 
 
 # What validation parsed of each live scenario's free-form blocks, by the scenario's identity: the

@@ -5,8 +5,9 @@ is resolved here once per run: the workload's params parsed (a trace loaded, onc
 file), the policy checked against the merge corridor, the engine profile fitted (once per file
 content: models.engine.profiles), the latency law, host time per iteration, engine step, KV pool and
 prefix cache sizes, the interference weights, merge phase sizes and bandwidths, link capacities, the
-co-tenant and label timetables. What a combination of fields rules out (a router in front of a
-closed loop, disaggregated serving with a prefix cache, ...) is an input error here, naming the field.
+co-tenant's timetable and the blocks a plug-in resolves (the testbed's labels). What a combination
+of fields rules out (a router in front of a closed loop, disaggregated serving with a prefix cache,
+...) is an input error here, naming the field.
 """
 
 from __future__ import annotations
@@ -15,16 +16,23 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan, cotenant_plan, label_plan
+from wadiloco.models.cotenant import CotenantPlan, cotenant_plan
 from wadiloco.models.engine.batching import EngineStep
-from wadiloco.models.engine.kv import bytes_per_token, pool_blocks
-from wadiloco.models.engine.latency import default_latency
-from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
+from wadiloco.models.engine.kv import bytes_per_token
+from wadiloco.models.engine.latency import default_latency, table_file, table_law
+from wadiloco.models.engine.laws import LatencyLaw
 from wadiloco.models.engine.profiles import ModelFit, Profile, load_profile, resolve_profile
-from wadiloco.models.errors import InputError
 from wadiloco.models.network.collective import link_efficiency, ring_latency_s
-from wadiloco.models.routers import ROUTERS, parse_router
-from wadiloco.models.spec.load import check_policy_in, checked, policy_choice, scenario_from_dict
+from wadiloco.models.results.blocks import RESULT_BLOCKS
+from wadiloco.models.spec.buildcheck import (
+    block_bytes,
+    check_combinations,
+    kv_sizes,
+    prefix_blocks,
+    router,
+)
+from wadiloco.models.spec.files import named_by
+from wadiloco.models.spec.load import check_policy_in, checked, plugin_blocks, policy_choice, scenario_from_dict
 from wadiloco.models.spec.run import (
     EngineSpec,
     FleetSpec,
@@ -65,7 +73,7 @@ def resolve(
     pol = _policy(sc, policy, params, file, where)
     check_combinations(sc, WORKLOADS[workload.kind].clients is not None, file)
     w = interference_weights(sc)
-    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None)
+    engine = engine_spec(sc, w, profile.model(sc.engine.model, file) if profile and sc.engine.model else None, file)
     entry = sc.cotenant.profile_entry if sc.cotenant is not None else None
     return RunSpec(
         name=sc.name,
@@ -85,7 +93,7 @@ def resolve(
         disagg=_handoff(sc.disagg, engine, tuple(sorted(sc.disagg.prefill_sidecars)) if sc.disagg else ()),
         remote_kv=_handoff(sc.remote_kv, engine, ()),
         cotenant=_cotenant(sc, file, profile.cotenant(entry, file) if profile and entry else None),
-        labels=_labels(sc, file),
+        extras=_extras(sc, file),
     )
 
 
@@ -118,7 +126,8 @@ def _profile(sc: Scenario, file: object) -> Profile | None:
     """The engine profile, fitted (models.engine.profiles: cached per file content), or None."""
     if sc.engine.profile is None:
         return None
-    return load_profile(resolve_profile(sc.engine.profile, sc.base_dir, file))
+    with named_by(file, "engine.profile"):  # a fit the profile's own terms break names them and the file
+        return load_profile(resolve_profile(sc.engine.profile, sc.base_dir, file))
 
 
 def interference_weights(sc: Scenario) -> InterferenceWeights:
@@ -164,19 +173,19 @@ def fleet_spec(sc: Scenario) -> FleetSpec:
         switch_gbps=cap("links", fc.switch_gbps),
         wan_gbps=cap("links", fc.interisland_gbps * link_efficiency(fc.wan_efficiency, fc.interisland_gbps)),
         store_gbps=cap("storage", m.checkpoint_gbps),
+        checkpoint_store=m.checkpoint_store,
+        island_store_gbps=cap("storage", m.island_store_gbps),
         serialize_gbps=cap("storage", m.serialize_gbps * m.serialize_threads),
     )
 
 
-def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> EngineSpec:
+def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None, file: object = None) -> EngineSpec:
     e = sc.engine
-    block_bytes = e.kv_block_size * bytes_per_token(
-        e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes
-    )
+    bb = block_bytes(sc)
     prefix = prefix_spec(sc)
-    kv, holder = kv_specs(sc, block_bytes, prefix)
+    kv, holder = kv_specs(sc, bb, file)
     return EngineSpec(
-        latency=fit.latency() if fit is not None else default_latency(e.latency),
+        latency=latency_law(sc, fit),
         host_s=host_s(sc, w),
         step=EngineStep(
             sequential=e.step == "sequential",
@@ -192,10 +201,20 @@ def engine_spec(sc: Scenario, w: InterferenceWeights, fit: ModelFit | None) -> E
         kv_holder=holder,
         kv_hold_every=sc.fleet.sidecars_per_host if holder is not kv else 0,
         prefix=prefix,
-        block_bytes=block_bytes,
+        block_bytes=bb,
         kv_bytes_per_token=bytes_per_token(e.model_layers, e.model_kv_heads, e.model_head_dim, e.kv_dtype_bytes),
         start_delay_s=fit.start_delay_s if fit is not None else None,
     )
+
+
+def latency_law(sc: Scenario, fit: ModelFit | None) -> LatencyLaw:
+    """The GPU step's law (models.engine.laws): an engine profile's model's fit, the measured table
+    (engine.latency_table, or the H200 rows), or the linear or attention fit of the H200 rows."""
+    if fit is not None:
+        return fit.latency().law()
+    if sc.engine.latency == "table":
+        return table_law(table_file(sc.engine.latency_table, sc.base_dir, sc.source))
+    return default_latency(sc.engine.latency).law()
 
 
 def host_s(sc: Scenario, w: InterferenceWeights) -> float:
@@ -209,39 +228,26 @@ def host_s(sc: Scenario, w: InterferenceWeights) -> float:
 def prefix_spec(sc: Scenario) -> PrefixSpec | None:
     """A sidecar's prefix cache of engine.prefix_cache tokens in whole 512-token blocks, or None (off:
     no field, or fewer tokens than a block)."""
-    tokens = sc.engine.prefix_cache
-    if not tokens or tokens < MOONCAKE_BLOCK_TOKENS:
-        return None
-    return PrefixSpec(tokens // MOONCAKE_BLOCK_TOKENS, MOONCAKE_BLOCK_TOKENS)
+    px = prefix_blocks(sc)
+    return PrefixSpec(*px) if px else None
 
 
-def kv_specs(sc: Scenario, block_bytes: int, px: PrefixSpec | None) -> tuple[KVSpec | None, KVSpec | None]:
+def kv_specs(sc: Scenario, bb: int, file: object = None) -> tuple[KVSpec | None, KVSpec | None]:
     """(a sidecar's KV pool, that of a sidecar holding its host's merge buffers), None: unlimited (no
     pool given, or fleet.unlimited names kv). Under same_gpu with merge_memory set, the sidecar that
     runs its host's outer step (the host's first GPU, as sim.merge does) keeps the merge buffers out
-    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same."""
+    of its pool: always, or while a merge runs (`hold`). Without such sidecars both are the same.
+    The sizes, and the refusal of a pool that cannot exist, are models.spec.buildcheck's."""
     e = sc.engine
-    if (e.kv_blocks is None and e.gpu_memory_gb is None) or "kv" in sc.fleet.unlimited:
+    k = kv_sizes(sc, bb, sc.source if file is None else file)
+    if k is None:
         return None, None
-    if e.kv_blocks is not None:
-        pool = e.kv_blocks
-    else:
-        gb = 1e9
-        pool = pool_blocks(
-            e.gpu_memory_gb * gb, e.gpu_memory_utilization, e.weights_gb * gb, e.activation_gb * gb, block_bytes
-        )
-    reserved = 0
-    if px is not None:  # the prefix cache's blocks live in the pool, held once whoever uses them
-        reserved += math.ceil(px.capacity * px.block_tokens / e.kv_block_size)
-    kv = KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, 0, e.preemption == "swap")
-    if e.merge_memory == "none" or sc.fleet.colocation != "same_gpu":
+    kv = KVSpec(k.pool, e.kv_block_size, e.kv_watermark, k.reserved, 0, e.preemption)
+    if k.hold is None:
         return kv, kv
-    m = sc.merge
-    shard = sc.training.params / sc.fleet.hosts_per_island
-    hold = math.ceil(shard * (m.pseudo_grad_bytes_per_param + m.checkpoint_bytes_per_param) / block_bytes)
-    if e.merge_memory == "always":
-        return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved + hold, 0, kv.swap)
-    return kv, KVSpec(pool, e.kv_block_size, e.kv_watermark, reserved, hold, kv.swap)
+    if k.always:
+        return kv, KVSpec(k.pool, e.kv_block_size, e.kv_watermark, k.reserved + k.hold, 0, e.preemption)
+    return kv, KVSpec(k.pool, e.kv_block_size, e.kv_watermark, k.reserved, k.hold, e.preemption)
 
 
 def merge_spec(sc: Scenario, w: InterferenceWeights) -> MergeSpec:
@@ -284,6 +290,7 @@ def training_spec(sc: Scenario) -> TrainingSpec:
         horizon_s=sc.horizon_s,
         phases=tuple(sc.merge.phases),
         streaming=sc.merge.fragments > 1,
+        enabled=t.enabled,
     )
 
 
@@ -316,17 +323,12 @@ def workload_spec(sc: Scenario, params) -> WorkloadSpec:
 
 
 def router_spec(sc: Scenario, file: object) -> RouterSpec:
-    """The router; a routing one parsed (an unknown name or bad params: an input error naming router.*)."""
-    if not routed(sc):
+    """The router, parsed (an unknown name or params it does not take, `static`'s too: an input
+    error naming router.*); a static one runs no process."""
+    cls, params = router(sc, file)
+    if cls.static:
         return RouterSpec(sc.router.name, None, None, False)
-    cls, params = parse_router(sc.router.name, sc.router.params, file)
     return RouterSpec(cls.name, cls, params, True)
-
-
-def routed(sc: Scenario) -> bool:
-    """Whether a router process runs (an unknown name is one: router_spec reports it)."""
-    cls = ROUTERS.get(sc.router.name)
-    return cls is None or not cls.static
 
 
 def _handoff(block, engine: EngineSpec, prefill: tuple[int, ...]) -> HandoffSpec | None:
@@ -347,43 +349,6 @@ def _cotenant(sc: Scenario, file: object, fitted: float | None) -> CotenantPlan 
     return cotenant_plan(c, float(weight), sidecars, sc.horizon_s, sc.base_dir, file)
 
 
-def _labels(sc: Scenario, file: object) -> LabelPlan | None:
-    lab = sc.testbed_labels
-    return label_plan(lab, sc.horizon_s, sc.base_dir, file) if lab is not None else None
-
-
-def check_combinations(sc: Scenario, closed: bool, file: object) -> None:
-    """What the blocks rule out together: each an input error naming the block it is about."""
-    is_routed, px = routed(sc), prefix_spec(sc) is not None
-    if sc.disagg is not None:
-        why = (
-            "a closed-loop workload creates each sidecar's requests: not with disagg"
-            if closed
-            else "disaggregated serving deals requests to its prefill sidecars itself"
-            if is_routed
-            else "engine.prefix_cache is not modelled on prefill sidecars: leave it off"
-            if px
-            else None
-        )
-        if why:
-            raise InputError(file, "disagg", why)
-    if sc.remote_kv is not None:
-        why = (
-            "needs engine.prefix_cache (its caches are the pool)"
-            if not px
-            else "a closed-loop workload creates each sidecar's requests: not with remote_kv"
-            if closed
-            else "requests enter their workload's sidecar: use router.name static"
-            if is_routed
-            else None
-        )
-        if why:
-            raise InputError(file, "remote_kv", why)
-    if is_routed and closed:
-        raise InputError(
-            file,
-            "router.name",
-            f"{sc.router.name} routes arrivals, but a closed-loop workload has none to route: each sidecar's "
-            "client sends its next requests when its own earlier ones finish there (models.workload.clients), so "
-            "the requests are tied to that sidecar; use router.name: static",
-        )
+def _extras(sc: Scenario, file: object) -> tuple:
+    """What the blocks a plug-in resolves add to the run's result (models.results.blocks)."""
+    return tuple(RESULT_BLOCKS[n].extra(b, sc.horizon_s, sc.base_dir, file) for n, b in plugin_blocks(sc, file))

@@ -6,19 +6,19 @@ scenario. The fleet (sim.fleet) hands each part its own sub-spec: the resources 
 KV pool and prefix cache sizes), the merge executor a `MergeSpec` (phase sizes, bandwidths and
 interference weights), the trainer a `TrainingSpec`, the monitor a `MonitorSpec`, the policy a
 `PolicySpec`, the arrivals a `WorkloadSpec`; the extras (a router, disaggregated serving, a remote KV
-pool, a GPU co-tenant, testbed labels) theirs, or None. Sizes in bytes, bandwidths in Gb/s, times
-in seconds, as in the scenario.
+pool, a GPU co-tenant) theirs, or None; the blocks a plug-in resolves (the testbed's labels) come as
+result extras (`extras`). Sizes in bytes, bandwidths in Gb/s, times in seconds, as in the scenario.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pydantic import BaseModel
 
-from wadiloco.models.cotenant import CotenantPlan, LabelPlan
+from wadiloco.models.cotenant import CotenantPlan
 from wadiloco.models.engine.batching import EngineStep
+from wadiloco.models.engine.laws import LatencyLaw, law_of
 from wadiloco.models.policies import Params, Policy
 from wadiloco.models.spec.load import check_policy_in
 from wadiloco.models.training.interference import InterferenceWeights
@@ -49,6 +49,8 @@ class FleetSpec:
     switch_gbps: float
     wan_gbps: float  # an island uplink: interisland_gbps x wan_efficiency (auto: models.network.collective)
     store_gbps: float  # the checkpoint store's write path
+    checkpoint_store: str  # global (one store behind the WAN core) or per_island (sim.topology)
+    island_store_gbps: float  # an island's store's write path (per_island)
     serialize_gbps: float  # a host's checkpoint serialisers: per-thread rate x threads
 
     @property
@@ -71,7 +73,7 @@ class KVSpec:
     watermark: float
     reserved: int
     hold: int
-    swap: bool  # preemption by swapping to host memory (else recompute)
+    preemption: str  # what preemption does with a decoder (engine.preemption: models.engine.preemption.MODES)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class PrefixSpec:
 class EngineSpec:
     """Every sidecar's engine: the iteration's laws and sizes."""
 
-    latency: Any  # the GPU step's law (models.engine.latency): a + b*prefill + c*sum_ctx + d*batch or a profile's
+    latency: LatencyLaw  # the GPU step's law (models.engine.laws): linear, attention, a table, or a profile's fit
     host_s: float  # fixed host time per iteration (0 under a profile's model: its law is the whole iteration)
     step: EngineStep
     max_num_seqs: int
@@ -152,6 +154,7 @@ class TrainingSpec:
     horizon_s: float
     phases: tuple[str, ...]  # a merge's phases, in order (none: instantaneous)
     streaming: bool  # merge.fragments > 1: a merge is a Streaming DiLoCo round
+    enabled: bool = True  # training.enabled: false: the islands never step (a fleet that only serves)
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,7 @@ class RunSpec:
     disagg: HandoffSpec | None = None
     remote_kv: HandoffSpec | None = None
     cotenant: CotenantPlan | None = None
-    labels: LabelPlan | None = None
+    extras: tuple = ()  # result extras of the blocks a plug-in resolves (models.results.blocks)
 
     @property
     def policy_name(self) -> str:
@@ -279,5 +282,5 @@ class RunSpec:
         return replace(self, policy=replace(self.policy, cls=cls, params=params))
 
     def with_latency(self, latency) -> RunSpec:
-        """The same run with another GPU step law (tests, metamorphic checks)."""
-        return replace(self, engine=replace(self.engine, latency=latency))
+        """The same run with another GPU step law (tests, metamorphic checks; a fitted model: its law)."""
+        return replace(self, engine=replace(self.engine, latency=law_of(latency)))

@@ -5,7 +5,7 @@ memory they hold, and the scenario field that sets them. models.spec.limits refu
 estimate is over a limit and names the field of its largest term.
 
 The drivers and what an item costs (set with `python -m wadiloco.benchmarks.runsize`, which runs a small
-case per driver; tests/test_runsize.py holds each count to 0.8-1.25x of the run's own counter):
+case per driver; tests/spec/test_runsize.py holds each count to 0.8-1.25x of the run's own counter):
 - requests: open-loop arrivals (load x a sidecar's capacity x sidecars x horizon, or a trace's), or
   what closed-loop clients create (a batch's or a user's cycle from the engine's iteration time): 3
   events and 250 bytes each; behind a router, a decision each that reads every sidecar (1 event and
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from wadiloco.models.engine.batching import compose
 from wadiloco.models.engine.capacity import sidecar_capacity_rps
+from wadiloco.models.engine.laws import law_of
 from wadiloco.models.spec.run import RunSpec
 
 BASE_BYTES = 100e6  # the interpreter, numpy, pandas and the simulator's code
@@ -99,10 +100,11 @@ def count_text(x: float) -> str:
 
 def iteration_s(spec: RunSpec, prefill: float, batch: float, sum_ctx: float) -> float:
     """One iteration's time with `prefill` tokens, `batch` sequences and `sum_ctx` context read, from
-    the engine's GPU law and host work (models.engine.batching: overlapped or in sequence)."""
+    the engine's latency law (models.engine.laws) and host work (models.engine.batching: overlapped or
+    in sequence)."""
     e = spec.engine
-    pairs = prefill * (prefill + 1) / 2 if getattr(e.latency, "e", 0.0) else 0.0
-    g = e.latency.gpu_time(prefill, sum_ctx, batch, pairs)
+    chunk = 1 if prefill else 0  # (one prefill chunk, whose sequence is counted in `batch`)
+    g = law_of(e.latency).step_time(prefill, chunk, prefill * (prefill + 1) / 2, 0, batch - chunk, sum_ctx)
     st = e.step
     h = e.host_s + st.host_per_seq_s * batch + st.host_per_token_s * (batch + prefill)
     f = st.front_per_request_s * (1 if prefill else 0) + st.front_per_token_s * batch
@@ -176,11 +178,11 @@ def open_requests(spec: RunSpec) -> tuple[float, str]:
 
 def _closed_lengths(p) -> tuple[float, float, float]:
     """(mean prompt, mean output, longest output a batch waits for) of a closed loop's requests."""
-    from wadiloco.models.testbed import prompts
     from wadiloco.models.workload.kinds import OutputLengths
+    from wadiloco.models.workload.prompt_sets import PROMPT_SETS
 
     ps = p.prompts
-    prompt = sum(prompts.PROMPT_SETS[ps].tokens) / prompts.SLOTS if isinstance(ps, str) else ps.clipped_mean()
+    prompt = sum(PROMPT_SETS[ps].tokens) / PROMPT_SETS[ps].n_slots if isinstance(ps, str) else ps.clipped_mean()
     out = p.output_tokens
     if isinstance(out, OutputLengths):
         return prompt, out.clipped_mean(), float(out.max if out.sigma == 0 else min(out.max, 3 * out.clipped_mean()))

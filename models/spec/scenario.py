@@ -222,11 +222,19 @@ class EngineConfig(Strict):
         "(host_overhead_s and cuda_graphs unused; prefill tokens cost nothing beyond their iteration). Source: "
         "the profile's own data.",
     )
-    latency: Literal["linear", "attention"] = Field(
+    latency: Literal["linear", "attention", "table"] = Field(
         "linear",
         description="The GPU step's latency law: linear = a + b*prefill + c*sum_ctx + d*batch (R^2 0.960); "
-        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%). "
-        "Source: design card (the linear law); H200 calibration (both fits).",
+        "attention adds causal prefill attention over the cached context (R^2 0.997, max relative error 9.2%); "
+        "table = measured step times interpolated, no fitted form (engine.latency_table; docs/engine.md). "
+        "Source: design card (the linear law); H200 calibration (both fits, and the table's default rows).",
+    )
+    latency_table: str | None = Field(
+        None,
+        description="The measured step times of engine.latency: table, a JSON file in the calibration file's "
+        "shape (latency_model.decode rows: batch, ctx, p50_ms; latency_model.prefill rows: tokens, p50_ms), "
+        "relative to the scenario; null: the H200 calibration's rows. Unit: a path. Source: the scenario (a "
+        "file of the user's measurements).",
     )
     kv_blocks: int | None = Field(
         None,
@@ -318,6 +326,8 @@ class EngineConfig(Strict):
             )
         if self.model is not None and self.profile is None:
             raise ValueError("engine.model names a model of an engine profile: set engine.profile too")
+        if self.latency_table is not None and self.latency != "table":
+            raise ValueError("engine.latency_table holds the step times of engine.latency: table; set it too")
         if self.preemption != "recompute" and self.kv_blocks is None and self.gpu_memory_gb is None:
             raise ValueError("engine.preemption swap preempts KV blocks: give the pool (kv_blocks or gpu_memory_gb)")
         if self.merge_memory != "none" and self.kv_blocks is None and self.gpu_memory_gb is None:
@@ -351,6 +361,12 @@ class SLOConfig(Strict):
 class TrainingConfig(Strict):
     """The DiLoCo islands' inner steps and the model whose loss the progress heuristic tracks."""
 
+    enabled: bool = Field(
+        True,
+        description="false: the fleet only serves: no inner step, no merge, nothing of training on any GPU, host, "
+        "link or store (the policy is never asked). The 'no training' capacity of `wadiloco capacity` and "
+        "`whatif` is a run with this off. Source: project choice (a what-if switch).",
+    )
     step_time_s: float = Field(
         0.5, gt=0, description="Mean inner-step time of an island. Unit: s. Source: design card."
     )
@@ -406,8 +422,21 @@ class MergeConfig(Strict):
     checkpoint_gbps: float = Field(
         80.0,
         gt=0,
-        description="The checkpoint store's aggregate write bandwidth; every island writes its replica, sharded "
-        "over its hosts. Unit: Gb/s. Source: assumption (a parallel filesystem faster than 8 writers).",
+        description="The global checkpoint store's aggregate write bandwidth (checkpoint_store global); every "
+        "island writes its replica, sharded over its hosts. Unit: Gb/s. Source: assumption (a parallel filesystem "
+        "faster than 8 writers).",
+    )
+    checkpoint_store: Literal["global", "per_island"] = Field(
+        "global",
+        description="global: one store behind the WAN core, so every island's checkpoint writes cross its uplink; "
+        "per_island: a store in each island (region), reached through the island's switch, so they never leave "
+        "the island. Source: project choice (a deployment choice).",
+    )
+    island_store_gbps: float = Field(
+        80.0,
+        gt=0,
+        description="Each island's store's write bandwidth (checkpoint_store per_island), shared by that island's "
+        "hosts. Unit: Gb/s. Source: assumption (as checkpoint_gbps).",
     )
     serialize_gbps: float = Field(
         5.6,
@@ -557,7 +586,7 @@ class InterferenceConfig(Strict):
     )
 
 
-# ---- on/off timetables (models.testbed.timetables) and the GPU co-tenant that follows one ------------
+# ---- on/off timetables (models.timetables; built by kind in models.cotenant) and the GPU co-tenant ----
 # Times are seconds of simulated time, which is the testbed's serving time (0 = its `start`).
 
 
@@ -776,6 +805,12 @@ class LabelsConfig(Strict):
     )
 
 
+# Scenario blocks a plug-in resolves into an extra of the run's result (models.results.blocks):
+# `testbed_labels`, by the testbed plug-in (models/testbed/plugin.py). One set with no plug-in for it
+# is an input error.
+PLUGIN_BLOCKS = ("testbed_labels",)
+
+
 class PolicyConfig(Strict):
     """The merge policy a run uses (`wadiloco policies` lists them with their parameters)."""
 
@@ -928,6 +963,7 @@ OPT_IN_FIELDS = (
     "engine.frontend_per_request_s",
     "engine.frontend_per_token_s",
     "engine.latency",
+    "engine.latency_table",
     "merge.serialize_threads",
     "engine.kv_blocks",
     "engine.kv_block_size",
@@ -952,6 +988,8 @@ OPT_IN_FIELDS = (
     "merge.compression_on",
     "merge.compress_gpu_elements_per_s",
     "merge.compress_host_elements_per_s",
+    "merge.checkpoint_store",
+    "merge.island_store_gbps",
     "fleet.gpu_sharing",
     "fleet.mps_training_share",
     "fleet.host_cores",
@@ -962,6 +1000,7 @@ OPT_IN_FIELDS = (
     "router",
     "disagg",
     "remote_kv",
+    "training.enabled",
 )
 
 

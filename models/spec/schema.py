@@ -25,6 +25,7 @@ from wadiloco.models.errors import InputError
 from wadiloco.models.spec.files import (  # noqa: F401 - re-exported: the read helpers every schema's reader uses
     MAX_INPUT_ENV,
     check_input,
+    describe,
     input_problem,
     max_input_bytes,
     not_regular,
@@ -45,16 +46,20 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True, strict=True)
 
 
-def format_validation_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
-    """(dotted field, message) of the first problem, plus a count of the rest."""
+def format_validation_error(err: ValidationError, prefix: str = "", quote: bool = True) -> tuple[str, str]:
+    """(dotted field, message) of the first problem, plus a count of the rest. The value at fault is
+    shown (`quote`; else only described: an auxiliary file's content is never printed), except
+    where a validator of a whole mapping said what is wrong with it."""
     errs = err.errors()
     first = errs[0]
     loc = ".".join(str(p) for p in ((prefix,) if prefix else ()) + tuple(first["loc"]))
     msg = first["msg"]
+    given = first.get("input")
+    own_words = first["type"] in ("value_error", "assertion_error") and isinstance(given, (dict, list))
     if first["type"] == "extra_forbidden":
         msg = "unknown field (not part of the schema; check its spelling)"
-    elif "input" in first and first["type"] not in ("missing",):
-        msg = f"{msg} (got {_short(first['input'])})"
+    elif "input" in first and first["type"] not in ("missing",) and not own_words:
+        msg = f"{msg} (got {_short(given) if quote else describe(given)})"
     if len(errs) > 1:
         msg += f" [and {len(errs) - 1} more problem(s)]"
     return loc, msg
@@ -67,13 +72,13 @@ def _short(v: Any) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
-def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "") -> Any:
+def validate(model: type[BaseModel], data: Any, file: object, prefix: str = "", quote: bool = True) -> Any:
     """`model` built from `data`, or an InputError naming `file` and the dotted field. Strict types
     even for a model that is not `Strict` (a policy's params): no bool or text as a number."""
     try:
         return model.model_validate(data, strict=True)
     except ValidationError as e:
-        loc, msg = format_validation_error(e, prefix)
+        loc, msg = format_validation_error(e, prefix, quote)
         raise InputError(file, loc, msg) from None
 
 
@@ -182,8 +187,9 @@ class _ShapeError(Exception):
         self.problem_mark, self.problem = mark, problem
 
 
-def load_yaml_text(text: str, file: object, where: str = "") -> Any:
-    """Parsed YAML (one document), or an InputError naming `file` and `where` (or the line)."""
+def load_yaml_text(text: str, file: object, where: str = "", quote: bool = True) -> Any:
+    """Parsed YAML (one document), or an InputError naming `file` and `where` (or the line); without
+    `quote`, the parser's message keeps no quoted piece of the text."""
     try:
         _check_shape(text)
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
@@ -192,24 +198,29 @@ def load_yaml_text(text: str, file: object, where: str = "") -> Any:
         line = f"line {mark.line + 1}" if mark is not None else ""
         at = f"{where} ({line})" if where and line and not str(where).startswith("line") else where or line
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if not quote:
+            problem = re.sub(r"'[^']*'|\"[^\"]*\"", "(...)", problem)
         raise InputError(file, at, f"YAML: {problem}") from None
     except RecursionError:
         raise InputError(file, where, f"YAML: nested more than {MAX_YAML_DEPTH} levels deep") from None
 
 
-def read_yaml(path: str | Path) -> Any:
+def read_yaml(path: str | Path, quote: bool = True) -> Any:
     p = Path(path)
-    return load_yaml_text(read_text(p, "YAML file"), p)
+    return load_yaml_text(read_text(p, "YAML file"), p, quote=quote)
 
 
-def check_finite(obj: Any, file: object, path: str = "") -> None:
+def check_finite(obj: Any, file: object, path: str = "", booleans: bool = True) -> None:
     """Reject NaN, infinity and out-of-range integers anywhere in parsed YAML, free-form mappings
-    included (pydantic checks only the fields it types). Each shared node (a YAML alias) is walked
-    once; the walk is iterative, so depth costs no stack."""
+    included (pydantic checks only the fields it types), and booleans too where none belongs (a
+    measurements file). Each shared node (a YAML alias) is walked once; the walk is iterative, so
+    depth costs no stack."""
     seen: set[int] = set()
     todo: list[tuple[Any, str]] = [(obj, path)]
     while todo:
         o, where = todo.pop()
+        if isinstance(o, bool) and not booleans:
+            raise InputError(file, where or "<root>", "must be a number, not a boolean")
         if isinstance(o, float) and not math.isfinite(o):
             raise InputError(file, where or "<root>", f"must be a finite number (got {o})")
         if isinstance(o, int) and not isinstance(o, bool) and abs(o) > MAX_INT:

@@ -10,7 +10,7 @@ delay (engine init). How they are read off the measurements:
 - every run: the start delay is solved so that the simulated span (first to last batch start)
   matches the measured one (output tokens / tok/s).
 The simulation is the fluid of models.testbed.fluid on the run's exact stress timetable
-(models.testbed.timetables), with the stress loop's 50-ms polling. Then
+(models.timetables, models.testbed.pressure), with the stress loop's 50-ms polling. Then
 w = L_s / L_u - 1 is the co-tenant's weight against a serving job of weight 1, and L_u / O the GPU
 time of one engine iteration (a batch of O new tokens runs O iterations: one prefill that yields the
 first token, then O - 1 decodes; the prefill of the testbed's repeated prompts is assumed
@@ -31,8 +31,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from wadiloco.models.testbed import fluid, metrics, prompts, timetables
+from wadiloco.models import timetables
+from wadiloco.models.testbed import fluid, metrics, pressure, prompts
 from wadiloco.models.testbed.metrics import summarize
+from wadiloco.models.workload import prompt_sets
 
 STAGE10 = "testbed/stage10.yaml"
 STORED = "testbed/stage10_fit.json"  # the solved fits, written by `python -m wadiloco.models.testbed.fit --write`
@@ -60,7 +62,7 @@ def outputs_of(settings: dict):
 
 def stress_timetable(mode: str, horizon: float) -> timetables.Timetable | None:
     sync = timetables.periodic(37.0, 8.0, horizon=horizon)
-    press = timetables.pressure(90.0, horizon=horizon)
+    press = pressure.pressure(90.0, horizon=horizon)
     return {"both": sync | press, "sync": sync, "pressure": press, "off": None}[mode]
 
 
@@ -85,7 +87,7 @@ def simulate_run(settings: dict, l_u: float, l_s: float, start_delay: float) -> 
     lat = np.repeat(b.latency, b.size)
     out = np.concatenate([pattern[k % prompts.SLOTS] for k in range(len(b.size))])
     sync = timetables.periodic(37.0, 8.0, horizon=float(b.end[-1]) + 1.0).active(start)
-    return summarize(start, lat, out, sync, timetables.max_pressure(start, 90.0))
+    return summarize(start, lat, out, sync, pressure.max_pressure(start, 90.0))
 
 
 def _span(m: dict) -> float:
@@ -130,7 +132,7 @@ def _l_u_for(settings: dict, l_s: float, delay: float, requests: int) -> float:
 def fit_run(name: str) -> RunFit:
     """A run's fit: the stored one when it was solved from today's measurements and code (solving the
     six `both` runs takes ~10 s per process, and every worker of a sweep or test run needs them),
-    else solved afresh; both give the same numbers bit for bit (tests/test_testbed_fit.py)."""
+    else solved afresh; both give the same numbers bit for bit (tests/testbed/test_testbed_fit.py)."""
     stored = _stored().get(name)
     return stored if stored is not None else solve_run(name)
 
@@ -138,7 +140,7 @@ def fit_run(name: str) -> RunFit:
 def inputs_digest() -> str:
     """What a fit depends on: the Stage 10 file and the source of every module that simulates or solves."""
     h = hashlib.sha256(resources.files("wadiloco.models.data").joinpath(STAGE10).read_bytes())
-    for m in (fluid, prompts, timetables, metrics, sys.modules[__name__]):
+    for m in (fluid, prompts, prompt_sets, timetables, pressure, metrics, sys.modules[__name__]):
         h.update(Path(m.__file__).read_bytes())
     return h.hexdigest()
 
@@ -188,6 +190,29 @@ def solve_all() -> tuple[RunFit, ...]:
     return tuple(solve_run(r["name"]) for r in stage10()["runs"])
 
 
+class Stage10:
+    """The Stage 10 matrix as an engine profile's measurements (models.engine.profiles.Measurements):
+    a run's iteration is L_u over the O iterations of a batch of O new tokens."""
+
+    def runs(self) -> set[str]:
+        return {r["name"] for r in stage10()["runs"]}
+
+    def digest(self) -> str:
+        return inputs_digest()
+
+    def iteration(self, run: str) -> tuple[float, int]:
+        s = run_spec(run)["settings"]
+        outs = outputs_of(s)
+        o = outs if isinstance(outs, int) else max(outs)
+        return fit_run(run).l_u / o, int(s["concurrency"])
+
+    def start_delay(self, run: str) -> float:
+        return fit_run(run).start_delay
+
+    def cotenant_weight(self, run: str) -> float:
+        return fit_run(run).weight
+
+
 FIGURES = ("requests", "p50_ms", "p95_ms", "p99_ms", "tokens_per_s", "sync_ratio", "high_low_ratio")
 
 
@@ -205,7 +230,7 @@ def in_sample(fits=None) -> list[dict]:
 
 def main(argv=None) -> int:
     """`--write`: solve every run and store the fits in the package (run it after changing the Stage 10
-    file or the fit's code; tests/test_testbed_fit.py says when it is due). `--check`: exit 1 if stale."""
+    file or the fit's code; tests/testbed/test_testbed_fit.py says when it is due). `--check`: exit 1 if stale."""
     ap = argparse.ArgumentParser(prog="python -m wadiloco.models.testbed.fit", description=main.__doc__)
     ap.add_argument("--write", action="store_true", help="solve all runs and write " + STORED)
     ap.add_argument("--check", action="store_true", help="exit 1 if the stored fits are stale")

@@ -17,18 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-POLL_S = 0.05  # the stress loop sleeps 50 ms between checks while idle (paper_testbed.md 3.1)
+from wadiloco.models.timetables import poll_intervals
+
+POLL_S = 0.05  # the stress loop sleeps 50 ms between checks while idle (docs/sources.md, testbed 3.1)
 
 
 def stress_intervals(intervals: Sequence[tuple[float, float]], poll_s: float = POLL_S) -> list[tuple[float, float]]:
     """When the co-tenant really runs: from the first poll tick at or after a window opens until it
-    closes (the last burst's few milliseconds past the close are ignored)."""
-    out = []
-    for a, b in intervals:
-        on = np.ceil(a / poll_s - 1e-9) * poll_s if poll_s > 0 else a
-        if on <= b:
-            out.append((float(on), float(b)))
-    return out
+    closes (models.timetables.poll_intervals; the last burst's few milliseconds past the close are ignored)."""
+    return poll_intervals(intervals, poll_s)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A simulated run of the paper's DiLoCo stress harness (paper_testbed.md 3.5): the coordinator's
+"""A simulated run of the paper's DiLoCo stress harness (docs/sources.md, testbed 3.5): the coordinator's
 event log (coordinator_start, control_cycle, merged, coordinator_stop) for a policy and a seed.
 
 The traces it rebuilds are replay INPUTS of Stages 11-13 (their merge times were never released);
@@ -68,15 +68,8 @@ import numpy as np
 
 from wadiloco.models.rng import stream
 from wadiloco.models.testbed.harness_policies import HARNESS_POLICIES, CycleView, HarnessPolicy, coordinator_merges
-from wadiloco.models.testbed.timetables import (
-    BUSY_LABELS,
-    QUIET_LABELS,
-    SYNC_WINDOW_S,
-    Timetable,
-    bursty,
-    pressure_values,
-    sync_trace_from_events,
-)
+from wadiloco.models.testbed.pressure import BUSY_LABELS, QUIET_LABELS, pressure_values
+from wadiloco.models.timetables import WINDOW_S, Timetable, bursty, trace_from_events
 
 __all__ = ["HARNESS_POLICIES", "HarnessParams", "HarnessRun", "TrainingSidecar", "run_harness", "write_events"]
 
@@ -115,7 +108,7 @@ class HarnessParams:
     burst_period_s: float = 120.0
     burst_window_s: float = 30.0
     burst_phase_s: float = 0.0
-    sync_window_s: float = SYNC_WINDOW_S
+    sync_window_s: float = WINDOW_S
 
     def __post_init__(self):
         positive = ("step_s", "pressure_period_s", "pressure_update_s", "burst_period_s", "sync_window_s")
@@ -143,12 +136,12 @@ class HarnessRun:
     @property
     def merge_times(self) -> tuple[float, ...]:
         """Window starts of the replay: merged ts minus coordinator_start ts, in seconds."""
-        return sync_trace_from_events(self.events, self.params.sync_window_s).starts
+        return trace_from_events(self.events, self.params.sync_window_s).starts
 
     @property
     def duration(self) -> float:
         """The replay's trace length D (3.4)."""
-        return sync_trace_from_events(self.events, self.params.sync_window_s).duration
+        return trace_from_events(self.events, self.params.sync_window_s).duration
 
 
 def _event(t: float, name: str, **fields) -> dict:
@@ -228,7 +221,7 @@ def run_harness(policy: str | HarnessPolicy, seed: int, params: HarnessParams | 
 
 
 def write_events(path: str | Path, events) -> Path:
-    """The event log as coordinator.jsonl (one JSON record per line), readable by `load_sync_trace`."""
+    """The event log as coordinator.jsonl (one JSON record per line), readable by `models.timetables.load_trace`."""
     path = Path(path)
     path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events), encoding="utf-8")
     return path

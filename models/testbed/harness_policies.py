@@ -1,4 +1,4 @@
-"""The stress harness's sync rules (paper_testbed.md 3.5, `src/wa_diloco/policies.py`), one small class
+"""The stress harness's sync rules (docs/sources.md, testbed 3.5, `src/wa_diloco/policies.py`), one small class
 each, registered by their replay names in `HARNESS_POLICIES`.
 
 A rule only says how each learner votes at the end of a control cycle. The corridor is the

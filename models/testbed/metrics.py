@@ -1,4 +1,4 @@
-"""The testbed's own summary of a run (`_summary` in the artifact; paper_testbed.md section 5).
+"""The testbed's own summary of a run (`_summary` in the artifact; docs/sources.md, testbed 5).
 
 Every request carries its batch's start time and wall-clock latency; labels are read at batch start.
 Percentiles are request-weighted with linear interpolation at rank (n - 1) q / 100 (numpy's default).

@@ -1,6 +1,6 @@
-"""Stage 12's generated sync schedules (paper_testbed.md 3.6, `scripts/generate_stage12_schedules.py`).
+"""Stage 12's generated sync schedules (docs/sources.md, testbed 3.6, `scripts/generate_stage12_schedules.py`).
 
-Both are reproduced exactly (tests/test_testbed_pure.py checks the calibrated list and all 25 random
+Both are reproduced exactly (tests/testbed/test_testbed_pure.py checks the calibrated list and all 25 random
 rows of 3.6). The readings that do so, and which are therefore the ones used:
 - `random_matched`: one `random.Random(seed * 1009 + draw)`; each candidate is ONE `uniform(0, 592)`
   call (592 = duration - window); a candidate is rejected when it lies closer than 18 s to ANY start
@@ -21,7 +21,7 @@ import random
 
 import numpy as np
 
-from wadiloco.models.testbed.timetables import bursty
+from wadiloco.models.timetables import bursty
 
 COUNT = 8  # the wa_diloco merge count of every seed (3.6)
 DURATION_S = 600.0

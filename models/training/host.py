@@ -1,11 +1,11 @@
 """A host's cores and what happens when more threads are runnable than it has: the oversubscription law.
 
-The H200 host of ../shared/calibration has 16 cores (`cpus`). Its `cpu` row ran one zlib compressor
-thread per core beside the eager decode loop (17 runnable threads on 16 cores): the step's median did
-not move (p50 ratio 0.98) but its tail did (p95 1.87x; p99 23.9 ms against 7.5 ms alone, 3.2x, or 3.5x
-the alone median). A fluid share (16/17 of a core) cannot give that shape: it would slow every step by
-6% and none by 2x. What the scheduler does instead is preempt: now and then the thread is taken off its
-core and waits a while for another slice.
+The H200 host of the calibration runs (docs/sources.md, H200 calibration) has 16 cores (`cpus`). Its
+`cpu` row ran one zlib compressor thread per core beside the eager decode loop (17 runnable threads on
+16 cores): the step's median did not move (p50 ratio 0.98) but its tail did (p95 1.87x; p99 23.9 ms
+against 7.5 ms alone, 3.2x, or 3.5x the alone median). A fluid share (16/17 of a core) cannot give that
+shape: it would slow every step by 6% and none by 2x. What the scheduler does instead is preempt: now
+and then the thread is taken off its core and waits a while for another slice.
 
 The law (one latency-critical thread, e.g. an engine's scheduler/launch thread): while n runnable
 threads share C < n cores, the thread is preempted at rate
@@ -14,7 +14,7 @@ and each preemption costs a wait drawn exponentially with mean tau. (n - C) / n 
 thread would wait under a fluid fair share; kappa says how many times that share the critical thread
 actually loses (a thread that never sleeps is preempted more than its fair share); tau is the mean
 length of a wait. With n <= C nothing is preempted. Both numbers are fitted to the `cpu` row's p95 and
-p99 (`fit_oversubscription`); its p50 and mean are then predictions (tests/test_host.py).
+p99 (`fit_oversubscription`); its p50 and mean are then predictions (tests/training/test_host.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A client belongs to one sidecar's engine (models.engine.serving.EngineState.attach) and is consulted only
 when requests finish there, so a closed loop costs no SimPy process per user or per request.
-- `BatchLoop`, the paper testbed's loop (paper_testbed.md 2.2): a batch of c(t) requests is submitted
+- `BatchLoop`, the paper testbed's loop (docs/sources.md, testbed 2.2): a batch of c(t) requests is submitted
   at once at its start t; the next starts when the whole batch has finished, plus a gap; every
   request of a batch is done when the batch is (its end-to-end latency is the batch's wall time).
   c(t) is decided at batch start (2.4). Batches start while t < horizon ("while now < start +
@@ -12,7 +12,7 @@ when requests finish there, so a closed loop costs no SimPy process per user or 
 Every request carries a tag (its batch, or its user), which is how the client knows its requests:
 indices of requests that have not arrived yet move as others are inserted before them.
 `lengths(index, size)` gives the prompt and output tokens of the `size` requests from global request
-index `index` on (the testbed cycles its prompts by that index: models.testbed.prompts).
+index `index` on (a prompt set is cycled by that index: models.workload.prompt_sets).
 """
 
 from __future__ import annotations

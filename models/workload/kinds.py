@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from wadiloco.models.errors import InputError
+from wadiloco.models.plugins import Registry
 from wadiloco.models.rng import stream
 from wadiloco.models.spec.schema import Strict, check_input, validate
-from wadiloco.models.testbed import prompts
 from wadiloco.models.workload import clients
+from wadiloco.models.workload.prompt_sets import PROMPT_SETS, output_batch
 from wadiloco.models.workload.traces import MAX_TOKENS, Trace, load_trace_cached
 
 # Sanity guards: past these a run would not fit in memory; it is a typo (load, horizon, period).
@@ -98,7 +99,7 @@ class WorkloadKind:
     clients: Callable[[Any, ClientContext], list] | None = None
 
 
-WORKLOADS: dict[str, WorkloadKind] = {}
+WORKLOADS: Registry[str, WorkloadKind] = Registry("workload kind")
 
 
 def _clean_doc(doc: str | None) -> str:
@@ -116,9 +117,7 @@ def workload(name: str, params: type[BaseModel]):
 
 
 def _register(entry: WorkloadKind) -> None:
-    if entry.name in WORKLOADS:
-        raise ValueError(f"workload kind {entry.name!r} registered twice")
-    WORKLOADS[entry.name] = entry
+    WORKLOADS.add(entry.name, entry)
 
 
 def synthetic(name: str, params: type[BaseModel]):
@@ -416,6 +415,171 @@ def _pareto_residual(rng: np.random.Generator, x_m: float, alpha: float) -> floa
 
 
 # ---------------------------------------------------------------------------------------------
+# a daily curve
+
+
+class DiurnalBursts(Strict):
+    """Bursts on top of the curve: an alternating renewal of exponential bursts and quiet spells that
+    the whole fleet shares, its own stream ("diurnal_bursts"), started in its stationary state; rates
+    in and out of a burst are set so the bursts keep the curve's mean at every instant."""
+
+    gap_mean_s: float = Field(
+        3600.0, gt=0, description="Mean time from one burst's start to the next. Unit: s. Source: assumption."
+    )
+    burst_mean_s: float = Field(300.0, gt=0, description="Mean burst duration. Unit: s. Source: assumption.")
+    ratio: float = Field(
+        3.0, ge=1, le=1000, description="Rate in a burst over the rate outside one. Unit: ratio. Source: assumption."
+    )
+
+    @model_validator(mode="after")
+    def _burst_fits(self):
+        if self.burst_mean_s >= self.gap_mean_s:
+            raise ValueError(
+                f"burst_mean_s ({self.burst_mean_s:g}) must be below gap_mean_s ({self.gap_mean_s:g}): "
+                "a gap is a burst plus a quiet spell"
+            )
+        return self
+
+
+class DiurnalParams(SyntheticParams):
+    kind: Literal["diurnal"] = "diurnal"
+    load: float = Field(
+        0.5, gt=0, le=100, description=f"{_LOAD_HELP}, averaged over a period. Unit: fraction. Source: assumption."
+    )
+    period_s: float = Field(
+        86400.0, gt=0, description="One day: the curve repeats with this period. Unit: s. Source: definition (a day)."
+    )
+    start_hour: float = Field(
+        0.0,
+        ge=0,
+        lt=24,
+        description="Time of day at t = 0, in hours of the period (a period is 24 of them). Unit: h. Source: the "
+        "scenario.",
+    )
+    peak_hour: float = Field(
+        14.0, ge=0, lt=24, description="Sine curve: the hour of the day's peak. Unit: h. Source: assumption."
+    )
+    peak_to_trough: float = Field(
+        3.0,
+        ge=1,
+        le=1000,
+        description="Sine curve: the peak rate over the trough rate (1: flat). Unit: ratio. Source: assumption.",
+    )
+    step_s: float | None = Field(
+        None,
+        gt=0,
+        description="Sine curve: piecewise-constant steps of this length, each at the curve's exact mean over it; "
+        "null: period_s / 288 (5 minutes of a day). Unit: s. Source: project choice.",
+    )
+    hourly: list[float] | None = Field(
+        None,
+        min_length=1,
+        max_length=100_000,
+        description="Relative rates of the period's equal slices (24: hourly), from midnight, e.g. a fleet's own "
+        "hourly request counts; replaces the sine. Unit: relative rate. Source: the scenario.",
+    )
+    trace: str | None = Field(
+        None,
+        min_length=1,
+        description="An Azure CSV or Mooncake JSONL (relative to the scenario file) whose arrival counts in "
+        "`trace_bins` equal slices of its span give the curve, stretched over one period; replaces the sine. "
+        "Source: the scenario.",
+    )
+    trace_bins: int = Field(
+        24, ge=1, le=100_000, description="Trace curve: slices of the trace's span. Unit: slices. Source: the scenario."
+    )
+    bursts: DiurnalBursts | None = Field(
+        None, description="Bursts on top of the curve; null: none. Source: the scenario."
+    )
+    _curve: np.ndarray | None = PrivateAttr(None)  # a trace's slices' relative rates (parse_workload)
+
+    @model_validator(mode="after")
+    def _one_curve(self):
+        if self.hourly is not None and self.trace is not None:
+            raise ValueError("give `hourly` or `trace`, not both")
+        if self.hourly is not None and (min(self.hourly) < 0 or sum(self.hourly) <= 0):
+            raise ValueError("hourly rates must be >= 0 with a positive sum")
+        return self
+
+    def slices(self) -> np.ndarray | None:
+        """The relative rates of the period's equal slices (mean 1), or None for the sine."""
+        raw = self._curve if self.trace is not None else self.hourly
+        if raw is None:
+            if self.trace is not None:
+                raise RuntimeError("DiurnalParams not loaded; use parse_workload()")
+            return None
+        x = np.asarray(raw, dtype=float)
+        return x / x.mean()
+
+
+@synthetic("diurnal", DiurnalParams)
+def diurnal(p: DiurnalParams, ctx: Context):
+    """A daily rate curve with bursts on top: a sine between trough and peak (`peak_to_trough`, at
+    `peak_hour`), or the relative rates of the day's slices (`hourly`), or a trace's arrival counts
+    stretched over the day (`trace`); the run starts at `start_hour`. Each step of the curve is at the
+    curve's exact mean over it, so a whole period averages `load`; optional bursts (`bursts`) multiply
+    it, their mean 1 at every instant."""
+    offset = p.start_hour / 24.0 * p.period_s
+    edges, level = _day_curve(p, ctx, offset)
+    if p.bursts is not None:
+        return _with_bursts(edges, level, p.bursts, stream(ctx.seed, "diurnal_bursts"), ctx)
+    return edges, level
+
+
+def _day_curve(p: DiurnalParams, ctx: Context, offset: float) -> tuple[np.ndarray, np.ndarray]:
+    """The curve's steps over [0, horizon): slice or sine-step boundaries in time of day, shifted by
+    the run's start."""
+    horizon, period, sl = ctx.horizon_s, p.period_s, p.slices()
+    width = period / len(sl) if sl is not None else min(p.step_s or period / 288, period)
+    _check_segments(horizon / width, ctx.file, "workload.step_s" if sl is None else "workload.hourly")
+    k0, k1 = math.floor(offset / width), math.ceil((offset + horizon) / width)
+    cuts = np.arange(k0, k1 + 1) * width - offset
+    edges = np.unique(np.clip(cuts, 0.0, horizon))
+    lo, hi = edges[:-1] + offset, edges[1:] + offset  # in time since midnight of the first day
+    if sl is not None:
+        idx = np.floor(((lo + hi) / 2 % period) / width).astype(np.int64) % len(sl)
+        return edges, sl[idx]
+    a = (p.peak_to_trough - 1.0) / (p.peak_to_trough + 1.0)  # 1 + a cos: peak / trough = (1 + a) / (1 - a)
+    w, peak = 2 * math.pi / period, p.peak_hour / 24.0 * period
+    mean_cos = (np.sin(w * (hi - peak)) - np.sin(w * (lo - peak))) / (w * (hi - lo))  # exact over each step
+    return edges, 1.0 + a * mean_cos
+
+
+def _with_bursts(edges, level, b: DiurnalBursts, rng: np.random.Generator, ctx: Context):
+    """The curve times the bursts' on/off multipliers (mean 1 at every instant)."""
+    horizon, f = ctx.horizon_s, b.burst_mean_s / b.gap_mean_s
+    _check_segments(2 * horizon / b.gap_mean_s, ctx.file, "workload.bursts.gap_mean_s")
+    quiet_mean = b.gap_mean_s - b.burst_mean_s
+    on = bool(rng.random() < f)  # stationary start; both phases are memoryless
+    cuts, t, state = [], 0.0, on
+    while t < horizon:
+        t += rng.exponential(b.burst_mean_s if state else quiet_mean)
+        cuts.append(t)
+        state = not state
+    cuts = np.asarray(cuts)
+    all_edges = np.unique(np.concatenate((edges, cuts[cuts < horizon])))
+    mid = (all_edges[:-1] + all_edges[1:]) / 2
+    in_burst = (np.searchsorted(cuts, mid, side="right") % 2 == 0) == on
+    hi_lvl, lo_lvl = _on_off_levels(f, 1.0 / b.ratio)
+    base = level[np.searchsorted(edges, mid, side="right") - 1]
+    return all_edges, base * np.where(in_burst, hi_lvl, lo_lvl)
+
+
+def _trace_curve(p: DiurnalParams, file: object, base_dir: str | Path) -> None:
+    """A trace's arrival counts in `trace_bins` equal slices of its span, for `DiurnalParams.slices`."""
+    path = Path(p.trace).expanduser()
+    path = path if path.is_absolute() else Path(base_dir) / path
+    check_input(path, file, "workload.trace", "trace file")
+    tr = load_trace_cached(path)
+    span = float(tr.t[-1])
+    if len(tr.t) < 2 or span <= 0:
+        raise InputError(file, "workload.trace", "the trace needs at least two distinct timestamps to give a curve")
+    counts = np.bincount(np.minimum((tr.t / span * p.trace_bins).astype(np.int64), p.trace_bins - 1),
+                         minlength=p.trace_bins)  # fmt: skip
+    p._curve = counts.astype(float)
+
+
+# ---------------------------------------------------------------------------------------------
 # trace replay
 
 
@@ -511,7 +675,7 @@ class SteadyConcurrency(Strict):
 
 
 class BurstyConcurrency(Strict):
-    """Busy batches while (t + phase_s) mod period_s < window_s at batch start (paper_testbed.md 2.4)."""
+    """Busy batches while (t + phase_s) mod period_s < window_s at batch start (docs/sources.md, testbed 2.4)."""
 
     kind: Literal["bursty"] = "bursty"
     quiet: int = Field(4, ge=1, le=4096)
@@ -545,15 +709,24 @@ class ClosedLoopParams(Strict):
     think_s: float | ConstantThink | ExponentialThink = Field(
         0.0, description="users mode: think time from an answer to the next request (s, or a distribution)"
     )
-    prompts: Literal["short", "mixed", "long"] | PromptLengths = Field(
-        "mixed", description="a testbed prompt set (cycled by the global request index) or a length distribution"
+    prompts: str | PromptLengths = Field(
+        "mixed",
+        description="a registered prompt set by name, cycled by the global request index (the testbed's: short, "
+        "mixed, long), or a length distribution",
     )
     output_tokens: int | list[int] | OutputLengths = Field(
-        128, description="fixed output tokens, one per prompt slot (4), or a length distribution"
+        128, description="fixed output tokens, one per prompt slot (cycled as the prompts), or a length distribution"
     )
     start_delay_s: float | Literal["profile"] | None = Field(
         None, description="serving starts then (s); profile (or null under engine.profile): the fitted delay"
     )
+
+    @field_validator("prompts")
+    @classmethod
+    def _known_set(cls, v: str | PromptLengths) -> str | PromptLengths:
+        if isinstance(v, str) and v not in PROMPT_SETS:
+            raise ValueError(f"unknown prompt set {v!r}; known: {PROMPT_SETS.known()}")
+        return v
 
     @model_validator(mode="after")
     def _one_mode(self):
@@ -564,13 +737,19 @@ class ClosedLoopParams(Strict):
         out = self.output_tokens
         if isinstance(out, int) and not 1 <= out <= MAX_TOKENS:
             raise ValueError(f"output_tokens must be in [1, {MAX_TOKENS}] (got {out})")
-        if isinstance(out, list) and (len(out) != prompts.SLOTS or not all(1 <= o <= MAX_TOKENS for o in out)):
-            raise ValueError(f"a per-slot output_tokens list needs {prompts.SLOTS} values in [1, {MAX_TOKENS}]")
+        if isinstance(out, list) and (len(out) != self._slots() or not all(1 <= o <= MAX_TOKENS for o in out)):
+            raise ValueError(f"a per-slot output_tokens list needs {self._slots()} values in [1, {MAX_TOKENS}]")
         if isinstance(self.start_delay_s, float) and self.start_delay_s < 0:
             raise ValueError("start_delay_s must be >= 0")
         if isinstance(self.think_s, float) and not 0 <= self.think_s <= 86400:
             raise ValueError("think_s must be in [0, 86400] s")
         return self
+
+    def _slots(self) -> int:
+        """Prompt slots a per-slot list cycles over: the named set's, else the list's own."""
+        if isinstance(self.prompts, str):
+            return PROMPT_SETS[self.prompts].n_slots
+        return len(self.output_tokens) if isinstance(self.output_tokens, list) else 1
 
 
 def _no_arrivals(p: ClosedLoopParams, ctx: Context) -> list[Arrivals]:
@@ -582,12 +761,12 @@ def _closed_lengths(p: ClosedLoopParams, seed: int, sidecar: int) -> clients.Len
     """Prompt and output tokens of `size` requests from global index `index` on; distributions draw
     from the sidecar's ("tokens", i) stream in creation order."""
     rng = stream(seed, "tokens", sidecar)
-    pset = prompts.PROMPT_SETS[p.prompts] if isinstance(p.prompts, str) else None
+    pset = PROMPT_SETS[p.prompts] if isinstance(p.prompts, str) else None
     out = p.output_tokens
 
     def lengths(index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
         prompt = pset.batch(index, size) if pset is not None else p.prompts.sample(rng, size)
-        output = out.sample(rng, size) if isinstance(out, OutputLengths) else prompts.output_batch(out, index, size)
+        output = out.sample(rng, size) if isinstance(out, OutputLengths) else output_batch(out, index, size)
         return prompt, output
 
     return lengths
@@ -674,6 +853,8 @@ def parse_workload(spec: dict, file: object = "<scenario>", base_dir: str | Path
     params = validate(WORKLOADS[kind].params, spec, file, prefix="workload")
     if isinstance(params, TraceParams):
         _load_trace_params(params, file, base_dir)
+    if isinstance(params, DiurnalParams) and params.trace is not None:
+        _trace_curve(params, file, base_dir)
     return params
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from wadiloco.models.errors import InputError
-from wadiloco.models.spec.files import read_text
+from wadiloco.models.spec.files import describe as describe_value
+from wadiloco.models.spec.files import json_line, read_text
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
@@ -266,11 +266,7 @@ def _load_mooncake(p: Path, text: str) -> Trace:
     for n, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
-            msg = getattr(e, "msg", None) or str(e).splitlines()[0] or type(e).__name__
-            raise InputError(p, f"line {n}", f"not valid JSON ({msg}); expected one JSON object per line") from None
+        obj = json_line(raw, p, n)  # strict: no NaN or Infinity, no integer past 20 digits
         if not isinstance(obj, dict):
             raise InputError(
                 p,
@@ -325,12 +321,10 @@ def _hash_ids(p: Path, n: int, ids: object) -> tuple[int, ...]:
 
 def _show(v: object) -> str:
     """A bad value described, not quoted: the path may name any file, and an error message must
-    not print its contents."""
+    not print its contents (numbers in range are shown)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return "a number out of range" if not _finite(v) else f"{v:.6g}"
-    if isinstance(v, str):
-        return f"a text of {len(v)} character(s)" if v.strip() else "an empty field"
-    return f"a JSON {type(v).__name__}"
+    return describe_value(v)
 
 
 def _finite(x: int | float) -> bool:

@@ -4,7 +4,7 @@
 
 Every case goes through the real command line, `wadiloco.experiments.cli.main`, in this process
 (many cases per process: one start-up per class) or, with --real, as `python -m
-wadiloco.experiments.cli` in a child process of its own. The caller (tests/test_bad_input_corpus.py)
+wadiloco.experiments.cli` in a child process of its own. The caller (tests/experiments/test_bad_input_corpus.py)
 runs this script in a child with a memory and CPU limit; each case also has a wall-clock limit. A
 case passes when the command exits with the expected code (2 unless it says otherwise) and one
 message (no blank line, no traceback) that contains every needle and none of the `absent` texts,
@@ -71,11 +71,11 @@ def make_file(path: Path, spec, ctx: dict) -> None:
         os.symlink(_value(spec["symlink"], ctx), path)
     elif isinstance(spec, dict) and "dir" in spec:
         path.mkdir()
-    elif isinstance(spec, dict) and "sqlite" in spec:
+    elif isinstance(spec, dict) and "sqlite" in spec:  # a new database, or SQL run on an existing one
         import sqlite3
 
         con = sqlite3.connect(path)
-        con.executescript(spec["sqlite"])
+        con.executescript(_value(spec["sqlite"], ctx))
         con.close()
     elif isinstance(spec, dict) and "socket" in spec:
         s = socket.socket(socket.AF_UNIX)
@@ -163,8 +163,10 @@ def _stdout(mode: str | None):
             f.close()
 
 
-def call_main(argv: list[str], stdout: str | None, limit: float) -> tuple[int, str]:
-    from wadiloco.experiments.cli import main
+def call_main(argv: list[str], stdout: str | None, limit: float, module: str | None = None) -> tuple[int, str]:
+    import importlib
+
+    main = importlib.import_module(module or "wadiloco.experiments.cli").main
 
     err, old_err = io.StringIO(), sys.stderr
     sys.stderr = err
@@ -185,8 +187,10 @@ def call_main(argv: list[str], stdout: str | None, limit: float) -> tuple[int, s
     return rc, err.getvalue()
 
 
-def call_real(argv: list[str], stdout: str | None, limit: float, env: dict) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "wadiloco.experiments.cli", *argv]
+def call_real(
+    argv: list[str], stdout: str | None, limit: float, env: dict, module: str | None = None, cwd: str | None = None
+) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", module or "wadiloco.experiments.cli", *argv]
     out = subprocess.DEVNULL
     r = None
     if stdout == "/dev/full":
@@ -195,7 +199,7 @@ def call_real(argv: list[str], stdout: str | None, limit: float, env: dict) -> t
         r, w = os.pipe()
         out = w
     try:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, preexec_fn=limits, cwd=ROOT)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, preexec_fn=limits, cwd=cwd or ROOT)
         if r is not None:
             os.close(r)
             os.close(w)
@@ -254,15 +258,24 @@ def run_case(case: dict, base: Path, real: bool) -> dict:
                 res["problems"].append(f"set-up command {before} exited {rc}: {err[-500:]}")
                 return res
         for name, spec in (case.get("edit") or {}).items():
-            (d / _value(name, ctx)).write_text(_value(spec, ctx))
+            if isinstance(spec, dict) and "sqlite" in spec:
+                make_file(d / _value(name, ctx), spec, ctx)  # SQL run on the store a `before` command made
+            else:
+                (d / _value(name, ctx)).write_text(_value(spec, ctx))
         watch = [_value(w, ctx) for w in case.get("watch") or []]
         before_state = snapshot(d, watch)
         argv = [_value(a, ctx) for a in case["argv"]]
+        module, cwd = case.get("module"), _value(case["cwd"], ctx) if case.get("cwd") else None
         t0 = time.monotonic()
         if real:
-            rc, err = call_real(argv, case.get("stdout"), CASE_LIMIT_S, dict(os.environ))
+            rc, err = call_real(argv, case.get("stdout"), CASE_LIMIT_S, dict(os.environ), module, cwd)
         else:
-            rc, err = call_main(argv, case.get("stdout"), CASE_LIMIT_S)
+            here = os.getcwd()
+            os.chdir(cwd or here)
+            try:
+                rc, err = call_main(argv, case.get("stdout"), CASE_LIMIT_S, module)
+            finally:
+                os.chdir(here)
         res.update(rc=rc, err=err[-2000:], seconds=round(time.monotonic() - t0, 2))
         _judge(case, ctx, rc, err, before_state, snapshot(d, watch), res["problems"])
     return res
@@ -287,6 +300,8 @@ def _judge(case, ctx, rc, err, before_state, after_state, problems) -> None:
         n = _value(n, ctx)
         if n in err:
             problems.append(f"message contains {n!r}")
+    if case.get("max_chars") is not None and len(err) > case["max_chars"]:
+        problems.append(f"message of {len(err):,} characters, more than {case['max_chars']:,}")
     if before_state != after_state:
         changed = sorted(set(before_state) ^ set(after_state)) + sorted(
             k for k in set(before_state) & set(after_state) if before_state[k] != after_state[k]

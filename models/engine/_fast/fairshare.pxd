@@ -16,7 +16,7 @@ cdef class Job:
     cdef public list links, lidx
     cdef public double work, weight, max_rate, started
     cdef public object done, tag, fabric
-    cdef public double _left, _rate, _finish
+    cdef public tuple kept
 
 
 cpdef double due(double rate, double remaining, double now)

@@ -1,15 +1,15 @@
-# C types for models/engine/_fast/fifo.py when setup.py compiles it (Cython, pure-Python mode): RingFifo's ids are a
-# typed view of its array('q'), indexed as C integers (fifo.py's first line turns bounds checks off:
+# C types for models/engine/fifo.py when setup.py compiles it (Cython, pure-Python mode): RingFifo's ids are a
+# typed view of an array('q'), indexed as C integers (manifest.py's DIRECTIVES turn wraparound off:
 # every index is masked into the ring). The serving core's calls on a typed RingFifo are C calls.
 import cython
 
 
 cdef class RingFifo:
-    cdef readonly object a
     cdef readonly long long h, n
     cdef long long _m
     cdef long long[:] _a
 
+    @cython.locals(j=cython.longlong)
     cdef _room(self)
 
     cpdef push(self, long long x)

@@ -1,17 +1,17 @@
-# C types for models/engine/_fast/heap.py when setup.py compiles it (Cython, pure-Python mode): KeyHeap's keys are a
-# typed view of its array('q') (64-bit: they are below 2**63, models.engine.serving `key`), sifted as C integers
-# (heap.py's first line turns bounds checks off: the sifts index only below n).
+# C types for models/engine/heap.py when setup.py compiles it (Cython, pure-Python mode): KeyHeap's keys are a
+# typed view of an array('q') (64-bit: they are below 2**63, models.engine.serving `key`), sifted as C integers
+# (manifest.py's DIRECTIVES turn wraparound off: the sifts index only below n).
 import cython
 
 cdef long long MASK
 
 
 cdef class KeyHeap:
-    cdef public object a
     cdef public Py_ssize_t n
     cdef long long[:] _a
     cdef Py_ssize_t _cap
 
+    @cython.locals(j=cython.Py_ssize_t)
     cdef _room(self)
 
     cpdef push(self, long long x)

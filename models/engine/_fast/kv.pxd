@@ -8,17 +8,20 @@ import cython
 
 cpdef long long blocks(long long tokens, long long bs) except? -1
 
+@cython.locals(j=cython.Py_ssize_t)
+cpdef grown(object a, long long more)
+
+from .preemption cimport Preemption  # (after `blocks`: preemption.pxd cimports serving.pxd, which cimports it)
+
 
 cdef class KVPool:
     cdef public long long bs, pool, reserved, cap, wm, used, preemptions, rejected, sum_used, sum_cap, need_now
     cdef public long long hold, copy, copied
-    cdef public object cnt
-    cdef long long[:] _cnt
-    cdef public dict orig, swapped
-    cdef public object run_nxt, run_prv, share
-    cdef long long[:] _run_nxt, _run_prv, _share
+    cdef long long[:] _cnt, _run_nxt, _run_prv, _share
+    cdef public dict orig
+    cdef public Preemption mode
     cdef public long long n_running
-    cdef public bint swap, holding, held
+    cdef public bint holding, held
     cdef public double peak
 
     cpdef room(self, long long n)
@@ -30,6 +33,19 @@ cdef class KVPool:
     cpdef run_del(self, long long rid)
 
     cpdef long long last_running(self) except? -2
+
+    cpdef long long blocks(self, long long tokens) except? -1
+
+    cpdef enter(self, long long x)
+
+    @cython.locals(p=cython.longlong)
+    cpdef long long leave(self, long long x) except? -1
+
+    cpdef long long crossing(self, long long t) except? -1
+
+    cpdef set_share(self, long long rid, long long k)
+
+    cpdef free(self, long long rid, long long nb)
 
     cpdef apply_hold(self)
 

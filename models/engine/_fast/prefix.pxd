@@ -1,6 +1,6 @@
 # C types for models/engine/prefix.py when setup.py compiles it (Cython, pure-Python mode): with a prefix cache an
 # engine asks it at every admission and tells it at every prefill and finish (models/engine/serving.py), so its
-# LRU list and hash table are C arrays (typed views of the array('q') fields) and its loops C loops.
+# LRU list and hash table are C arrays (typed views of arrays('q')) and its loops C loops.
 # Hashes are 64-bit; the table's hash is unsigned 64-bit arithmetic, which wraps as the .py's masks do.
 import cython
 
@@ -9,9 +9,9 @@ cdef unsigned long long M64, GOLDEN
 
 cdef class PrefixCache:
     cdef public long long capacity, block_tokens, hit_tokens, prompt_tokens, size, bits, epoch
-    cdef public object key, pin, prv, nxt, tab
     cdef long long[:] _key, _pin, _prv, _nxt, _tab
 
+    @cython.locals(more=cython.longlong)
     cdef _slots(self, long long n)
 
     @cython.locals(nxt=cython.longlong[:], s=cython.longlong)

@@ -6,11 +6,12 @@
 # doubles are computed as CPython does (setup.py: no fused multiply-add).
 import cython
 
-from wadiloco.models.engine._fast._batching_c cimport before, compose, reach, run_time, split
-from wadiloco.models.engine._fast._fifo_c cimport RingFifo
-from wadiloco.models.engine._fast._heap_c cimport KeyHeap
-from wadiloco.models.engine._fast._kv_c cimport KVPool, blocks
-from wadiloco.models.engine._fast._prefix_c cimport PrefixCache
+from .batching cimport before, compose, reach, run_time, split
+from .fifo cimport RingFifo
+from .heap cimport KeyHeap
+from .kv cimport KVPool, blocks
+from .laws cimport LatencyLaw
+from .prefix cimport PrefixCache
 
 
 cpdef double delay_to(double now, double t) except? -1.0
@@ -18,7 +19,8 @@ cpdef double delay_to(double now, double t) except? -1.0
 
 cdef class EngineState:
     cdef public long long max_seqs, budget
-    cdef public double a, b, c, d, e, h, h1, h2, fq, ft
+    cdef public LatencyLaw law
+    cdef public double h, h1, h2, fq, ft
     cdef public bint seq, front
     cdef public long long n
     cdef public object t_arr, prompt, output, admitted, first_token, finish
@@ -44,16 +46,33 @@ cdef class EngineState:
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned
 
+    # rule 1: arrivals, and when the next one is
+    @cython.locals(i=cython.longlong, n=cython.longlong, waiting=RingFifo)
+    cpdef long long arrive(self, double now) except? -1
+
+    @cython.locals(kv=KVPool)
+    cpdef bint idle(self) except -1
+
+    cpdef double next_at(self, long long i) except? -1.0
+
     # the prefill chunks: (m, last, pf), no list (a step's chunks go to the first m of prefilling)
+    @cython.locals(m=cython.longlong, take=cython.longlong, rid=cython.longlong, j=cython.longlong,
+                   prefilling=RingFifo)
+    cpdef (long long, long long, long long) continuing(self, long long budget)
+
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
-                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
+                   rid=cython.longlong, prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit(self, double now, long long n_dec, long long sum_ctx)
 
-    @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong, pairs=cython.longlong,
+    @cython.locals(new=cython.longlong, tokens=cython.longlong, pf=cython.longlong,
                    take=cython.longlong, got=cython.longlong, h=cython.double, rid=cython.longlong,
                    j=cython.longlong, prefilling=RingFifo)
-    cpdef tuple step_work(self, long long m, long long last, long long n_dec, double g)
+    cpdef (double, double) host_work(self, long long m, long long last, long long n_dec)
+
+    @cython.locals(pairs=cython.longlong, past=cython.longlong, take=cython.longlong, got=cython.longlong,
+                   rid=cython.longlong, j=cython.longlong, prefilling=RingFifo)
+    cpdef (long long, long long) chunks(self, long long m, long long last)
 
     @cython.locals(completed=cython.longlong, got=cython.longlong, j=cython.longlong,
                    out=cython.longlong, due=cython.longlong, rid=cython.longlong, start=cython.bint,
@@ -94,36 +113,53 @@ cdef class EngineState:
     @cython.locals(kv=KVPool, need=cython.longlong)
     cpdef (long long, long long) make_room(self, long long t, long long n_dec, long long sum_ctx)
 
+    @cython.locals(kv=KVPool, due=cython.longlong, total=cython.longlong, ctx=cython.longlong)
+    cpdef (long long, long long, long long) _preempt(self, long long rid, long long t, long long n_dec,
+                                                    long long sum_ctx, long long need)
+
     @cython.locals(kv=KVPool, budget0=cython.longlong, budget=cython.longlong, take=cython.longlong,
                    room=cython.longlong, got=cython.longlong, free=cython.longlong, p=cython.longlong,
                    nb=cython.longlong, rid=cython.longlong, first=cython.bint, start=cython.bint, m=cython.longlong,
-                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong, j=cython.longlong,
+                   hit=cython.longlong, tok=cython.longlong, epoch=cython.longlong,
                    prefilling=RingFifo, waiting=RingFifo)
     cpdef (long long, long long, long long) admit_kv(self, double now, long long n_dec, long long sum_ctx)
 
+    @cython.locals(kv=KVPool, got=cython.longlong, hit=cython.longlong, tok=cython.longlong)
+    cpdef long long asks(self, long long rid, long long p, long long epoch) except? -2
 
+
+cdef int IDLE, RUN, SHARED, DONE  # what Steps.advance hands serve (C constants)
+
+
+@cython.final  # (its methods are direct C calls, which the C compiler inlines into advance)
 cdef class Steps:
     cdef public EngineState st
+    cdef public LatencyLaw law
     cdef public object clock, bound, sp, tape
-    cdef public bint ff, slowed
+    cdef public bint ff, slowed, extra
     cdef public long long k, m, last
-    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark
+    cdef public double end, t_sim, delay, g0, h, f, sg, sdg, sh, dg, mark, span
 
-    @cython.locals(st=EngineState, ff=cython.bint, k=cython.longlong, end=cython.double, m=cython.longlong,
-                   last=cython.longlong,
-                   slowed=cython.bint, t_sim=cython.double, n=cython.longlong, max_seqs=cython.longlong,
-                   a=cython.double, b=cython.double, c=cython.double, d=cython.double, h=cython.double,
-                   f=cython.double, seq=cython.bint, extra=cython.bint, prefilling=RingFifo, waiting=RingFifo,
-                   slow=cython.bint, now=cython.double, i=cython.longlong, n_dec=cython.longlong,
-                   sum_ctx=cython.longlong, diter=cython.longlong, rid=cython.longlong, span=cython.double,
-                   pf=cython.longlong, g0=cython.double, dg=cython.double, sdg=cython.double,
-                   sg=cython.double, sh=cython.double, gap=cython.double, mark=cython.double, what=cython.int,
-                   t_arr=cython.double[:], kv=KVPool, until=cython.double, gpu_jobs=list, host_jobs=list,
-                   vg=cython.double, vh=cython.double, vf=cython.double)
+    @cython.locals(st=EngineState, until=cython.double, now=cython.double, what=cython.int, busy=cython.bint,
+                   i=cython.longlong)
     cpdef int advance(self) except -1
 
+    @cython.locals(st=EngineState, k=cython.longlong, m=cython.longlong, end=cython.double, n_dec=cython.longlong,
+                   diter=cython.longlong, sum_ctx=cython.longlong)
+    cdef void _book(self)
 
-cdef double _next_at(EngineState st, long long i) except? -1.0
+    @cython.locals(st=EngineState, sg=cython.double, sdg=cython.double, sh=cython.double, n_dec=cython.longlong,
+                   k=cython.longlong, span=cython.double, gap=cython.double)
+    cdef void _time(self, double now, long long i)
+
+    @cython.locals(st=EngineState, i=cython.longlong, r=cython.double)
+    cdef int _idle(self, double now, double until, bint busy) except -2
+
+    @cython.locals(st=EngineState, kv=KVPool, law=LatencyLaw, m=cython.longlong, pf=cython.longlong,
+                   n_dec=cython.longlong, sum_ctx=cython.longlong, pairs=cython.longlong, past=cython.longlong,
+                   g0=cython.double, dg=cython.double, h=cython.double, vf=cython.double, vg=cython.double,
+                   vh=cython.double, sg=cython.double, sh=cython.double, sdg=cython.double)
+    cdef inline int _compose(self, double now, bint busy) except -1
 
 
 # a step of an engine with a KV pool, a prefix cache, a log or a client (which may grow the input arrays: no views)
