@@ -5,7 +5,8 @@ fleets, timed side by side against another tree.
 
 Each case runs in a fresh child process (`PYTHON -c`), which builds the scenario from a dict, runs it
 once (models.spec.load.scenario_from_dict, sim.fleet.simulate) and reports the CPU seconds of that
-call and the fingerprint of its results (benchmarks.fingerprints.digest). With `--other`, the same
+call (`cpu_s`) and the fingerprint of its results (benchmarks.fingerprints.digest); `process_cpu_s` is
+the whole child's CPU, imports included, about what `wadiloco run` costs. With `--other`, the same
 cases also run under another tree's interpreter (its own virtual environment, e.g. the tree before a
 change), alternated run by run (this tree, the other, this tree, ...), so machine load hits both
 alike; the report gives each case's median CPU seconds per tree, its ratio to the plain run of the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,8 +59,12 @@ print(json.dumps({"cpu_s": time.process_time() - t0, "wall_s": time.perf_counter
 
 
 def run_case(python: str, scenario: dict) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([python, "-c", CHILD, json.dumps(scenario)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got["process_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return got
 
 
 def measure(trees: dict[str, str], runs: int) -> dict:
@@ -75,6 +81,7 @@ def measure(trees: dict[str, str], runs: int) -> dict:
             digests = {r["digest"] for r in rs}
             out[case][tree] = {
                 "cpu_s": statistics.median(r["cpu_s"] for r in rs),
+                "process_cpu_s": statistics.median(r["process_cpu_s"] for r in rs),
                 "wall_s": statistics.median(r["wall_s"] for r in rs),
                 "digest": digests.pop() if len(digests) == 1 else "varies",
             }
@@ -82,12 +89,14 @@ def measure(trees: dict[str, str], runs: int) -> dict:
 
 
 def report(res: dict, trees: list[str]) -> str:
-    lines = [f"{'case':14s} " + " ".join(f"{t + ' cpu s':>14s} {'x plain':>8s}" for t in trees) + "  results"]
+    head = " ".join(f"{t + ' run s':>12s} {'x plain':>8s} {t + ' process s':>16s} {'x plain':>8s}" for t in trees)
+    lines = [f"{'case':14s} {head}  results"]
     for case, (_, plain) in CASES.items():
         cells = []
         for t in trees:
             r, p = res[case][t], res[plain][t]
-            cells.append(f"{r['cpu_s']:14.2f} {r['cpu_s'] / p['cpu_s']:8.1f}")
+            cells.append(f"{r['cpu_s']:12.2f} {r['cpu_s'] / p['cpu_s']:8.1f}")
+            cells.append(f"{r['process_cpu_s']:16.2f} {r['process_cpu_s'] / p['process_cpu_s']:8.1f}")
         same = len({res[case][t]["digest"] for t in trees}) == 1
         lines.append(f"{case:14s} " + " ".join(cells) + ("  identical" if same else "  DIFFER"))
     return "\n".join(lines)
