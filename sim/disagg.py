@@ -93,6 +93,21 @@ def kv_links(per_host: int, res: Resources, p: int, d: int) -> list[Link]:
     return [net.edge_links[e] for e in edges] + [net.backplanes[x] for x in nodes if x in net.backplanes]
 
 
+class KVRoutes:
+    """`kv_links` of each pair of sidecars, found once (the topology is static; a run hands off or
+    fetches thousands of times over a few pairs)."""
+
+    def __init__(self, per_host: int, res: Resources):
+        self.per_host, self.res = per_host, res
+        self._known: dict[tuple[int, int], tuple[Link, ...]] = {}
+
+    def __call__(self, p: int, d: int) -> list[Link]:
+        got = self._known.get((p, d))
+        if got is None:
+            got = self._known[(p, d)] = tuple(kv_links(self.per_host, self.res, p, d))
+        return list(got)  # (a job's own list)
+
+
 class _Prefills:
     """One prefill engine's client: it submits the engine's dealt requests (tag: the fleet-wide
     request index) at start, each wanting one token, and passes each finished one on."""
@@ -121,6 +136,7 @@ class Disagg(NoExtra):
         fc = spec.fleet
         n, per_host = fc.n_sidecars, fc.sidecars_per_host
         self.per_host, self.per_island = per_host, per_host * fc.hosts_per_island
+        self._links = KVRoutes(per_host, res)
         self.prefill = list(spec.disagg.prefill_sidecars)
         self.decode = [s for s in range(n) if s not in set(self.prefill)]
         t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
@@ -204,9 +220,6 @@ class Disagg(NoExtra):
             return c.queue_len(now) + c.running() + self.inflight[d], d
 
         return min(near, key=load)
-
-    def _links(self, p: int, d: int) -> list[Link]:
-        return kv_links(self.per_host, self.res, p, d)
 
     # -- results ---------------------------------------------------------------------------------
     def per_sidecar(self) -> list[tuple]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -64,6 +65,11 @@ class Fabric:
         # and the links each crosses, lk[off[j]:off[j + 1]] (models.network.fairshare).
         self._w, self._mr, self._rem, self._rate, self._fin = (array("d") for _ in range(5))
         self._lk, self._off = array("q"), array("q", [0])
+        # Each job's serial number (in the order jobs started, so increasing in job order and along
+        # every link's `jobs`): a job's place is found by bisection, not by a scan of thousands.
+        self._serial: dict[Job, int] = {}
+        self._seq = array("q")  # the serial numbers in job order
+        self._started = 0
         self._batched = 0  # open `batch` blocks
         self._touched: list[Link] | None = None  # in a batch: the links whose jobs changed (None: none did)
 
@@ -100,6 +106,9 @@ class Fabric:
         self._fin.append(INF)
         self._lk.extend(job.lidx)
         self._off.append(len(self._lk))
+        self._serial[job] = self._started
+        self._seq.append(self._started)
+        self._started += 1
         for lk in links:
             lk.jobs.append(job)
         self._changed(links)
@@ -190,19 +199,25 @@ class Fabric:
     # -- mechanics ----------------------------------------------------------------------------
     def state(self, job: Job) -> tuple[float, float, float]:
         """(work left, rate, finish instant) of a job on this fabric (Job.remaining, .rate, .finish)."""
-        i = self.jobs.index(job)
+        i = self._place(job)
         return self._rem[i], self._rate[i], self._fin[i]
 
     def _remove(self, job: Job, left: float | None = None) -> None:
         """Job leaves: its values go with it (its work left: `left` if given)."""
-        i = self.jobs.index(job)
+        i = self._place(job)
         job.leave(self._rem[i] if left is None else left, self._rate[i], self._fin[i])
-        del self.jobs[i], self._w[i], self._mr[i], self._rem[i], self._rate[i], self._fin[i]
+        del self.jobs[i], self._w[i], self._mr[i], self._rem[i], self._rate[i], self._fin[i], self._seq[i]
         a, b = self._off[i], self._off[i + 1]
         del self._lk[a:b], self._off[i + 1]
         core.shift(self._off, i + 1, a - b)
-        for lk in job.links:
-            lk.jobs.remove(job)
+        serial, key = self._serial[job], self._serial.__getitem__
+        for lk in job.links:  # (its first entry there: a link it crosses twice holds it twice)
+            del lk.jobs[bisect_left(lk.jobs, serial, key=key)]
+        del self._serial[job]
+
+    def _place(self, job: Job) -> int:
+        """Its index in job order (by its serial number)."""
+        return bisect_left(self._seq, self._serial[job])
 
     def advance(self) -> None:
         """Bring every job's remaining work and every link's `used` up to now (rates are constant

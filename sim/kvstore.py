@@ -29,7 +29,7 @@ from wadiloco.models.results.run import NoExtra
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import prefix_cache, sidecar
-from wadiloco.sim.disagg import EMPTY, enter, fed, kv_links
+from wadiloco.sim.disagg import EMPTY, KVRoutes, enter, fed
 from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF
 from wadiloco.sim.lookahead import unbound
@@ -46,6 +46,7 @@ class RemoteKV(NoExtra):
         self.env, self.res, self.arr = env, res, arrivals
         e, fc = spec.engine, spec.fleet
         self.per_host, self.per_island = fc.sidecars_per_host, fc.sidecars_per_host * fc.hosts_per_island
+        self._links = KVRoutes(self.per_host, res)
         self.sidecars = []
         for s in range(fc.n_sidecars):
             hr, j = res.hosts[s // self.per_host], s % self.per_host
@@ -115,7 +116,7 @@ class RemoteKV(NoExtra):
     def _fetch(self, s: int, i: int, peer: int, got: int, have: int, hs):
         nbytes = float(got - have) * self.bytes_per_token
         self.fetched_bytes += nbytes
-        links = kv_links(self.per_host, self.res, peer, s)
+        links = self._links(peer, s)
         job = links[0].fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("remote_kv", "fetch"))
         if not job.done.triggered:
             yield job.done
