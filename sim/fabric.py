@@ -57,6 +57,9 @@ class Fabric:
         # instant moves: until then nothing on this fabric changes by itself (sim.merge next_touch_at).
         self.next_at = INF
         self.timer_moved: Callable[[], None] | None = None
+        # Jobs its timer finished whose `done` has not been processed yet (their waiters have not run):
+        # until they have, what the waiters will do at this instant is still to come (sim.disagg).
+        self.unheard = 0
         self._cap = array("d")  # each link's capacity, by Link.idx (models.network.fairshare's input)
         self._peak = array("d")  # and its largest load seen (Link.peak_load)
         self._used = array("d")  # and its allocated rate's integral (Link.used)
@@ -274,6 +277,11 @@ class Fabric:
         self._reallocate()
         for j in finished:
             j.done.succeed(j)
+            j.done.callbacks.append(self._heard)  # (after its waiters)
+        self.unheard += len(finished)
+
+    def _heard(self, _done) -> None:
+        self.unheard -= 1
 
     def assert_capacities(self) -> None:
         total = [0.0] * len(self._cap)  # each link's jobs' rates, summed in job order
