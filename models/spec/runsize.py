@@ -22,8 +22,11 @@ case per driver; tests/spec/test_runsize.py holds each count to 0.8-1.25x of the
   1/100 event per flow in flight at each of their two re-allocations (models.network.fairshare); the
   flows in flight come from a processor-sharing queue at the link each binds on, and a link offered
   more than it carries holds a backlog that grows for the whole horizon ("a backlog grows"). Engines
-  fed from outside step one iteration at a time (an event each), and a remote pool's arriving
-  request asks every sidecar's prefix cache (1/10 event per cache);
+  fed from outside take an event per iteration, at most: a remote pool's engines step one at a
+  time, a disaggregated fleet's prefill engines too, and its decode engines book the iterations
+  before the next hand-off, prefill step or KV completion at once (0.78 events an iteration in
+  benchmarks/fabric.py's disagg_7p1, counted as 1); a remote pool's arriving request asks every
+  sidecar's prefix cache (1/10 event per cache);
 - co-tenant windows: two switches each, each cutting the engines on every GPU it shares.
 Every limit is an environment variable (models.spec.limits), so a user who means it can raise it.
 """
@@ -520,9 +523,10 @@ def routing(spec: RunSpec, n_requests: float) -> Term | None:
 
 
 def fed_iterations(spec: RunSpec, n_requests: float, active: float) -> Term | None:
-    """Engines fed from outside (disagg:, remote_kv:) step one iteration at a time while a request may
-    still enter one (sim.disagg): an event per iteration of every engine. The decode side receives the
-    requests as their KV arrives: over `active` seconds (longer than the horizon behind a backlog)."""
+    """Engines fed from outside (disagg:, remote_kv:): an event per iteration of every engine, at most
+    (a disaggregated fleet's decode engines run ahead to the next hand-off, prefill step or KV
+    completion: sim.disagg). The decode side receives the requests as their KV arrives: over `active`
+    seconds (longer than the horizon behind a backlog)."""
     if spec.disagg is None and spec.remote_kv is None:
         return None
     lengths = mean_lengths(spec)
@@ -540,7 +544,7 @@ def fed_iterations(spec: RunSpec, n_requests: float, active: float) -> Term | No
     else:
         n = f.n_sidecars * decode_iterations(spec, rate / f.n_sidecars, prompt, output, spec.horizon_s)
         field = "remote_kv"
-    return Term(n, n, 0.0, field, "engine iterations stepped one at a time")
+    return Term(n, n, 0.0, field, "engine iterations of engines fed from outside")
 
 
 def cotenant(spec: RunSpec, n_merges: float) -> Term | None:
