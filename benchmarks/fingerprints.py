@@ -2,7 +2,12 @@
 
 A fingerprint is a sha256 of a run's request table, timeline and summary (without its wall time),
 byte for byte. The grid: every shipped scenario x 5 engine variants x 6 policies x seeds 0, 1 x
-tape sharing on/off (2,280 runs, ~80 s compiled on 2 cores). Capture in two trees and compare:
+tape sharing on/off (2,280 runs, ~80 s compiled on 2 cores), and every shipped scenario x 3 fleets
+fed from outside (disaggregated, with a KV pool, a remote KV pool: engines on bounds of their own)
+x 3 policies x seeds 0, 1, a third of the horizon each (126 runs, and an error for each testbed
+scenario, whose fleet cannot take them; ~30 s compiled: a backlog of KV flows behind an
+over-offered link makes a fed run's cost grow with the square of its horizon; they never share
+tapes). Capture in two trees and compare:
 
     python -m wadiloco.benchmarks.fingerprints capture OUT.json [--horizon 30]
     WADILOCO_PURE=1 python -m wadiloco.benchmarks.fingerprints capture OUT_PURE.json
@@ -42,6 +47,12 @@ VARIANTS = {
     "swap": {"engine.kv_blocks": 4000, "engine.preemption": "swap"},
 }
 POLICIES = ("no_sync", "fixed", "pressure_gated", "wa_diloco", "online_forecast", "matched_random")
+FED_VARIANTS = {
+    "disagg": {"disagg": {"prefill_sidecars": [0, 1, 2]}},
+    "disagg_kv": {"engine.kv_blocks": 4000, "disagg": {"prefill_sidecars": [1, 4]}},
+    "remote_kv": {**VARIANTS["prefix"], "remote_kv": {}},
+}
+FED_POLICIES = ("fixed", "pressure_gated", "wa_diloco")
 SEEDS = (0, 1)
 
 
@@ -66,26 +77,38 @@ def _scenario(path: Path, overrides: dict, horizon: float):
     return with_overrides(sc, {"horizon_s": horizon, "drain_s": 5.0, **ov})
 
 
-def capture(horizon: float, scenarios=SCENARIOS, variants=VARIANTS, policies=POLICIES) -> dict[str, str]:
+def capture(horizon: float, scenarios=SCENARIOS, variants=None, policies=POLICIES) -> dict[str, str]:
+    """Both grids (module docstring), or `variants` x `policies` alone."""
+    if variants is not None:
+        grids = [(variants, policies, horizon, (True, False))]
+    else:
+        grids = [(VARIANTS, POLICIES, horizon, (True, False)), (FED_VARIANTS, FED_POLICIES, horizon / 3, (False,))]
     out: dict[str, str] = {}
-    for path in scenarios:
-        for vname, ov in variants.items():
-            try:
-                sc = _scenario(path, ov, horizon)
-            except InputError as e:
-                out[f"{path.stem}/{vname}"] = f"error: {type(e).__name__}"
-                continue
-            for share in (True, False):
-                runner._tapes.clear()
-                for seed in SEEDS:
-                    for pol in policies:
-                        key = f"{path.stem}/{vname}/{pol}/seed{seed}/share{int(share)}"
-                        try:
-                            res = runner.run_one(sc, seed, pol, None, share=share)
-                        except Exception as e:  # noqa: BLE001 (both trees must fail alike)
-                            out[key] = f"error: {type(e).__name__}"
-                            continue
-                        out[key] = digest(res)
+    for vs, pols, h, shares in grids:
+        for path in scenarios:
+            out.update(_grid(path, vs, pols, h, shares))
+    return out
+
+
+def _grid(path: Path, variants: dict, policies, horizon: float, shares) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for vname, ov in variants.items():
+        try:
+            sc = _scenario(path, ov, horizon)
+        except InputError as e:
+            out[f"{path.stem}/{vname}"] = f"error: {type(e).__name__}"
+            continue
+        for share in shares:
+            runner._tapes.clear()
+            for seed in SEEDS:
+                for pol in policies:
+                    key = f"{path.stem}/{vname}/{pol}/seed{seed}/share{int(share)}"
+                    try:
+                        res = runner.run_one(sc, seed, pol, None, share=share)
+                    except Exception as e:  # noqa: BLE001 (both trees must fail alike)
+                        out[key] = f"error: {type(e).__name__}"
+                        continue
+                    out[key] = digest(res)
     return out
 
 

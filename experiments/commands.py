@@ -141,7 +141,7 @@ def cmd_run(args) -> int:
     from wadiloco.models.spec.limits import check_run, notes
 
     sc, r = load_run(args)
-    check_run(sc, r.workload.params)  # before anything is built or created
+    check_run(r)  # before anything is built or created
     out = ResultDir(args.out, "run", args.force) if args.out else None
     for note in notes(sc, r.policy_name):
         sys.stderr.write(f"note: {note}\n")

@@ -146,36 +146,44 @@ def _check_count(n: float, file: object, where: str) -> None:
         raise InputError(file, where, msg)
 
 
-def check_timetable(spec, horizon: float, base_dir: str, file: object, where: str) -> None:
+def check_timetable(spec, horizon: float, base_dir: str, file: object, where: str) -> float:
     """The input errors `timetable_plan` raises (too many windows, a missing or malformed windows file),
-    without building the timetable: validation (models.spec.load), before any run is resolved."""
+    without building the timetable: validation (models.spec.load), before any run is resolved. Returns
+    about how many windows it has over the horizon; a union's parts together are held to the same cap
+    as one timetable (twenty timetables of a million windows each are twenty million)."""
     parts = spec.of if isinstance(spec, UnionTimetable) else [spec]
+    total = 0.0
     for k, part in enumerate(parts):
         at = f"{where}.of.{k}" if isinstance(spec, UnionTimetable) else where
         if isinstance(part, UnionTimetable):
-            check_timetable(part, horizon, base_dir, file, at)
+            total += check_timetable(part, horizon, base_dir, file, at)
         else:
-            _fixed(part, horizon, base_dir, file, at, build=False)
+            total += _fixed(part, horizon, base_dir, file, at, build=False) or 0.0
+    if isinstance(spec, UnionTimetable):
+        _check_count(total, file, f"{where}.of")
+    return total
 
 
-def _fixed(spec, horizon: float, base_dir: str, file: object, where: str, build: bool = True) -> tt.Timetable | None:
-    """The exact timetable of one fixed kind; None for `none` and `merges` (or, not `build`, its checks only)."""
+def _fixed(spec, horizon: float, base_dir: str, file: object, where: str, build: bool = True):
+    """The exact timetable of one fixed kind; None for `none` and `merges` (or, not `build`, its checks
+    only, and about how many windows it has)."""
     if isinstance(spec, WindowsTimetable):
         return _windows(spec, horizon, base_dir, file, where, build)
     if spec.kind in ("none", "merges"):
-        return None
+        return None if build else 0.0
     kind = TIMETABLES.get(spec.kind)
     if kind is None:
         raise InputError(
             file, f"{where}.kind", f"no timetable kind {spec.kind!r} is registered; known: {TIMETABLES.known()}"
         )
-    _check_count(kind.windows(spec, horizon), file, f"{where}.{kind.count_field}")
-    return kind.build(spec, horizon) if build else None
+    n = kind.windows(spec, horizon)
+    _check_count(n, file, f"{where}.{kind.count_field}")
+    return kind.build(spec, horizon) if build else n
 
 
 def _windows(
     spec: WindowsTimetable, horizon: float, base_dir: str, file: object, where: str, build: bool = True
-) -> tt.Timetable | None:
+) -> tt.Timetable | float:
     if spec.file is not None:
         path = beside(spec.file, base_dir)
         check_input(path, file, f"{where}.file", "windows file")
@@ -184,8 +192,10 @@ def _windows(
     else:
         trace = tt.WindowTrace(tuple(spec.starts or ()), tt.trace_duration(spec.starts or (), spec.window_s))
     d = spec.repeat_s if spec.repeat_s is not None else trace.duration
+    count = float(len(trace.starts))
     if spec.repeat and d > spec.window_s:
-        _check_count(math.ceil(horizon / d) * max(1, len(trace.starts)), file, f"{where}.repeat_s")
+        count = math.ceil(horizon / d) * max(1.0, count)
+        _check_count(count, file, f"{where}.repeat_s")
     if not build:
-        return None
+        return count
     return tt.windows(trace.starts, spec.window_s, duration=d, repeat=spec.repeat, horizon=horizon)

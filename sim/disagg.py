@@ -17,14 +17,24 @@ holds the KV, so first_token = the transfer's end, and TTFT = queueing + prefill
 TPOT is the decode side's. A request is one row of the request table (its prefill sidecar's),
 with `kv_transfer_s` and `decode_sidecar`; its prefill is never a row of its own.
 
-Hand-offs enter decode engines from outside (models.engine.serving `route_in`) at instants no source
-knows ahead, so while any is to come the lookahead bound is off (`next_at`: -inf) and decode
-engines step one iteration at a time (no fast-forward run past an instant a request could enter);
-an idle decode engine's process ends and starts again with the next request. Both are exact.
+Hand-offs enter decode engines from outside (models.engine.serving `route_in`), so the decode engines
+run on a bound of their own (sim.lookahead `Feeder`), under the fleet's: nothing enters or reads them
+before the earliest of a hand-off still to pick its decoder, a prefill engine's next wake-up (before
+it, it ends no prefill; now while its run is cut short), and the next completion on a fabric a KV
+flow is on (a flow's finish moves only when its fabric re-allocates: at a flow's start or end, which
+this bounds, or at merge work, which the fleet's bound covers); now while a finished flow's request
+has not entered yet (Fabric.unheard). Decode engines book the iterations before that bound without
+an event, but never fast-forward (a run in flight would not stop for a request entering mid-way); an
+idle decode engine's process ends and starts again with its next request. Prefill engines step one
+iteration at a time, so that each prefill ends at an event at that very instant, where its hand-off
+starts (a SimPy wait to a step booked ahead of the clock can end an ulp late: sim.engine delay_to).
+All exact: lookahead on and off give the same bytes (tests/sim/test_disagg.py). With swap preemption
+(copies over the PCIe a same-host hand-off crosses) the decode engines step one at a time too.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -44,6 +54,7 @@ from wadiloco.sim.resources import Resources
 from wadiloco.sim.topology import route
 
 NAN = math.nan
+BEFORE = 1.0 - 2.0**-50  # x * BEFORE: a few ulps below x >= 0
 EMPTY = Arrivals(np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
 
 
@@ -93,6 +104,21 @@ def kv_links(per_host: int, res: Resources, p: int, d: int) -> list[Link]:
     return [net.edge_links[e] for e in edges] + [net.backplanes[x] for x in nodes if x in net.backplanes]
 
 
+class KVRoutes:
+    """`kv_links` of each pair of sidecars, found once (the topology is static; a run hands off or
+    fetches thousands of times over a few pairs)."""
+
+    def __init__(self, per_host: int, res: Resources):
+        self.per_host, self.res = per_host, res
+        self._known: dict[tuple[int, int], tuple[Link, ...]] = {}
+
+    def __call__(self, p: int, d: int) -> list[Link]:
+        got = self._known.get((p, d))
+        if got is None:
+            got = self._known[(p, d)] = tuple(kv_links(self.per_host, self.res, p, d))
+        return list(got)  # (a job's own list)
+
+
 class _Prefills:
     """One prefill engine's client: it submits the engine's dealt requests (tag: the fleet-wide
     request index) at start, each wanting one token, and passes each finished one on."""
@@ -117,10 +143,11 @@ class Disagg(NoExtra):
     KV was in, its decode sidecar and its index there."""
 
     def __init__(self, env, spec: RunSpec, arrivals: list[Arrivals], res, la):
-        self.env, self.res, self.la = env, res, la
+        self.env, self.res = env, res
         fc = spec.fleet
         n, per_host = fc.n_sidecars, fc.sidecars_per_host
         self.per_host, self.per_island = per_host, per_host * fc.hosts_per_island
+        self._links = KVRoutes(per_host, res)
         self.prefill = list(spec.disagg.prefill_sidecars)
         self.decode = [s for s in range(n) if s not in set(self.prefill)]
         t = np.concatenate([a.t for a in arrivals]) if arrivals else np.empty(0)
@@ -132,26 +159,69 @@ class Disagg(NoExtra):
         self.by = np.array(self.prefill, dtype=np.int64)[np.arange(m) % len(self.prefill)]  # round-robin
         self.prefill_done, self.kv_done = np.full(m, NAN), np.full(m, NAN)
         self.dest, self.drid = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
-        self.pending = m  # requests not yet handed to a decode engine (or done at their prefill)
         self.inflight = [0] * n
         self.bytes_per_token = spec.disagg.kv_bytes_per_token
         self.kv_bytes = 0.0
         self.bound_changed = unbound
+        self.lookahead = Lookahead()  # the decode engines' bound (sim.lookahead Feeder: feeds_at)
+        step = Lookahead()  # the prefill engines' (-inf for good: they step one iteration at a time)
+        self._due: list[float] = []  # (a heap) when each hand-off still to pick its decoder does so
+        self._wake = [-INF] * len(self.prefill)  # each prefill engine's next wake-up (`_waits`)
+        self._moving: dict = {}  # fabric -> KV flows started on it whose request has not entered yet
         e = spec.engine
         self.sidecars = []
         for s in range(n):
             pre = s in set(self.prefill)
             client = _Prefills(self, np.flatnonzero(self.by == s)) if pre else None
             hr, j = res.hosts[s // per_host], s % per_host
+            bound = step if pre else self.lookahead
             self.sidecars.append(
-                sidecar(env, s, EMPTY, e, hr, j, la, fast_forward=e.fast_forward and pre, client=client)
+                sidecar(env, s, EMPTY, e, hr, j, bound, fast_forward=e.fast_forward and pre, client=client)
             )
-            if not pre:
+            if pre:
+                self._waits(self.sidecars[-1], self.prefill.index(s))
+            else:
                 fed(self.sidecars[-1])
+        self._prefills = [self.sidecars[p] for p in self.prefill]
+        # swap copies would re-allocate the PCIe a same-host hand-off crosses at instants this does not bound
+        self._bounded = not any(sd.core.kv is not None and sd.core.kv.swap for sd in self.sidecars)
 
-    def next_touch_at(self) -> float:
-        """A lookahead source (sim.lookahead): -inf while a hand-off may still enter a decode engine."""
-        return -INF if self.pending else INF
+    # -- the decode engines' bound (sim.lookahead Feeder) -----------------------------------------
+    def feeds_at(self) -> float:
+        """Before this instant no request enters a decode engine and nothing reads one: the earliest
+        hand-off still to pick its decoder, prefill engine's wake-up (before it, it reports no prefill
+        end) and next completion on a fabric a KV flow is on; now while a finished flow's request has
+        not entered (its fabric's `unheard`)."""
+        if not self._bounded:
+            return -INF
+        t = self._due[0] if self._due else INF
+        for k, sd in enumerate(self._prefills):
+            if self._wake[k] < t and sd.proc.is_alive:
+                t = self._wake[k]
+        for fabric in self._moving:
+            if fabric.unheard:
+                return self.env.now
+            if fabric.next_at < t:
+                t = fabric.next_at
+        return t
+
+    def _waits(self, sd: Sidecar, k: int) -> None:
+        """Prefill engine k (sidecar `sd`) keeps its next wake-up: its Clock's `wait` (a SimPy timeout)
+        ends then, unless its run is cut short (merge work on its links came or went), when its next
+        prefill end is unknown until it waits again: now, until then."""
+        env = self.env
+
+        def wait(delay: float):
+            # the instant SimPy fires it at, less the ulp its step's end may be before it (sim.engine delay_to)
+            self._wake[k] = (env.now + delay) * BEFORE
+            self.bound_changed()
+            return env.timeout(delay)
+
+        def cut() -> None:
+            self._wake[k] = env.now
+            self.bound_changed()
+
+        sd.wait, sd.on_cut = wait, cut
 
     # -- the hand-off ----------------------------------------------------------------------------
     def prefilled(self, j: int, end: float) -> None:
@@ -159,38 +229,42 @@ class Disagg(NoExtra):
         self.prefill_done[j] = end
         if self.output[j] <= 1:
             self.kv_done[j] = end
-            self._settled()
             return
+        heapq.heappush(self._due, end)  # (now: not before the bound its engine's wake-up kept)
         self.env.process(self._handoff(j, end))
 
     def _handoff(self, j: int, end: float):
         env = self.env
-        if env.now < end:  # (the engine booked its step ahead of the clock)
+        if env.now < end:  # (an engine that booked its step ahead of the clock: not a prefill engine here)
             yield env.timeout(delay_to(env.now, end))
+        heapq.heappop(self._due)  # (the earliest: this one, or one due at the same instant)
         d = self._pick(int(self.by[j]))
         self.dest[j] = d
         self.inflight[d] += 1
         nbytes = float(self.prompt[j]) * self.bytes_per_token
         self.kv_bytes += nbytes
         links = self._links(int(self.by[j]), d)
-        job = links[0].fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("disagg", "kv"))
+        fabric = links[0].fabric
+        self._moving[fabric] = self._moving.get(fabric, 0) + 1
+        job = fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("disagg", "kv"))
+        self.bound_changed()
         if not job.done.triggered:
             yield job.done
         self.inflight[d] -= 1
         self.kv_done[j] = env.now
         self._enter(j, d)
-        self._settled()
+        left = self._moving[fabric] - 1
+        if left:
+            self._moving[fabric] = left
+        else:
+            del self._moving[fabric]
+        self.bound_changed()  # (before a decode engine this entry started runs)
 
     def _enter(self, j: int, d: int) -> None:
         """Request j's KV is in decode sidecar d: it joins d's queue with its whole prompt cached and
         its output less the token its prefill made."""
         p = int(self.prompt[j])
         self.drid[j] = enter(self.env, self.sidecars[d], p, int(self.output[j]) - 1, p)
-
-    def _settled(self) -> None:
-        self.pending -= 1
-        if not self.pending:
-            self.bound_changed()
 
     def _pick(self, p: int) -> int:
         """The decode sidecar for a request prefilled on p: on p's island if it has one, else any;
@@ -204,9 +278,6 @@ class Disagg(NoExtra):
             return c.queue_len(now) + c.running() + self.inflight[d], d
 
         return min(near, key=load)
-
-    def _links(self, p: int, d: int) -> list[Link]:
-        return kv_links(self.per_host, self.res, p, d)
 
     # -- results ---------------------------------------------------------------------------------
     def per_sidecar(self) -> list[tuple]:

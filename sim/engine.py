@@ -23,6 +23,7 @@ and yields only for the step that crosses that instant. Results are bit-identica
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import simpy
 
@@ -112,6 +113,7 @@ class Sidecar:
         # The engine stays its links' occupant for good; `interruptible` says whether a call from
         # the fabric finds it in a wait it can cut short.
         self.interruptible = False
+        self.on_cut: Callable[[], None] | None = None  # told when a run in flight is cut short (sim.disagg)
         self.la = lookahead or Lookahead()
         self.proc = env.process(serve(core, self, self.la, fast_forward))
 
@@ -189,6 +191,8 @@ class Sidecar:
         if self.interruptible:
             self.interruptible = False
             self.proc.interrupt()
+            if self.on_cut is not None:
+                self.on_cut()
 
     def now(self) -> float:
         return self.env.now

@@ -27,68 +27,19 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import simpy
 
-from wadiloco.models.engine._fast import fair_share
+from wadiloco.models.engine._fast import fabric_core as core
+
+# Links and jobs, and the per-change work over them (compiled with the serving core: models.network.fairshare)
+Link, Job, fair_share = core.Link, core.Job, core.fair_share
 
 INF = math.inf
 EPS = 1e-12
-
-
-def _due(rate: float, remaining: float, now: float) -> float:
-    """When a job with `remaining` work ends at `rate`: now for an infinite rate, never (inf) for a
-    hold or a stalled job."""
-    if rate == INF:
-        return now
-    if rate > 0 and remaining != INF:
-        return now + remaining / rate
-    return INF
-
-
-class Link:
-    __slots__ = ("name", "capacity", "jobs", "occupant", "used", "fabric", "idx")
-
-    def __init__(self, name: str, capacity: float):
-        if not capacity > 0:
-            raise ValueError(f"link {name}: capacity must be > 0")
-        self.name = name
-        self.capacity = capacity  # fixed once the link exists: its fabric keeps a copy (Fabric._cap)
-        self.jobs: list[Job] = []
-        self.occupant: Callable[[], None] | None = None
-        self.used = 0.0  # integral of allocated rate over time (capacity-units * s)
-        self.fabric: Fabric | None = None
-        self.idx = -1  # its index in its fabric's arrays (Fabric.link)
-
-    @property
-    def unlimited(self) -> bool:
-        return self.capacity == INF
-
-    @property
-    def peak_load(self) -> float:
-        """The largest allocated rate / capacity seen."""
-        return self.fabric._peak[self.idx] if self.fabric is not None else 0.0
-
-    def idle(self) -> bool:
-        return not self.jobs
-
-
-class Job:
-    __slots__ = ("links", "remaining", "weight", "max_rate", "rate", "finish", "done", "tag", "started", "lidx")
-
-    def __init__(self, links, work, weight, max_rate, done, tag, now):
-        self.links = links
-        self.lidx = [lk.idx for lk in links]  # the links' indices in their fabric (models.network.fairshare)
-        self.remaining = work
-        self.weight = weight
-        self.max_rate = max_rate
-        self.rate = 0.0
-        self.finish = INF
-        self.done = done
-        self.tag = tag
-        self.started = now
 
 
 class Fabric:
@@ -106,8 +57,22 @@ class Fabric:
         # instant moves: until then nothing on this fabric changes by itself (sim.merge next_touch_at).
         self.next_at = INF
         self.timer_moved: Callable[[], None] | None = None
+        # Jobs its timer finished whose `done` has not been processed yet (their waiters have not run):
+        # until they have, what the waiters will do at this instant is still to come (sim.disagg).
+        self.unheard = 0
         self._cap = array("d")  # each link's capacity, by Link.idx (models.network.fairshare's input)
         self._peak = array("d")  # and its largest load seen (Link.peak_load)
+        self._used = array("d")  # and its allocated rate's integral (Link.used)
+        # The jobs as arrays in job order (what a re-allocation reads and writes: no per-job Python
+        # work, so a change costs a few ns per job in flight): weight, cap, work left, rate, finish,
+        # and the links each crosses, lk[off[j]:off[j + 1]] (models.network.fairshare).
+        self._w, self._mr, self._rem, self._rate, self._fin = (array("d") for _ in range(5))
+        self._lk, self._off = array("q"), array("q", [0])
+        # Each job's serial number (in the order jobs started, so increasing in job order and along
+        # every link's `jobs`): a job's place is found by bisection, not by a scan of thousands.
+        self._serial: dict[Job, int] = {}
+        self._seq = array("q")  # the serial numbers in job order
+        self._started = 0
         self._batched = 0  # open `batch` blocks
         self._touched: list[Link] | None = None  # in a batch: the links whose jobs changed (None: none did)
 
@@ -117,6 +82,7 @@ class Fabric:
         lk.idx = len(self._cap)
         self._cap.append(capacity)
         self._peak.append(0.0)
+        self._used.append(0.0)
         self.links[name] = lk
         return lk
 
@@ -135,6 +101,17 @@ class Fabric:
         if any(lk.fabric is not self for lk in links):  # (Job.lidx indexes this fabric's arrays)
             raise ValueError(f"job {tag!r}: a link is not on fabric {self.name}")
         self.jobs.append(job)
+        job.fabric = self
+        self._w.append(weight)
+        self._mr.append(max_rate)
+        self._rem.append(work)
+        self._rate.append(0.0)
+        self._fin.append(INF)
+        self._lk.extend(job.lidx)
+        self._off.append(len(self._lk))
+        self._serial[job] = self._started
+        self._seq.append(self._started)
+        self._started += 1
         for lk in links:
             lk.jobs.append(job)
         self._changed(links)
@@ -184,7 +161,7 @@ class Fabric:
             return max_rate if max_rate < INF else None
         ws, caps = [weight], [max_rate]
         for j in lk.jobs:
-            if j.remaining != INF or len(j.links) != 1:
+            if j.work != INF or len(j.links) != 1:
                 return None
             ws.append(j.weight)
             caps.append(j.max_rate)
@@ -210,7 +187,7 @@ class Fabric:
 
     def stop(self, job: Job) -> None:
         """End a job early (a hold, or a cancelled transfer)."""
-        if job not in self.jobs:
+        if job.fabric is not self:
             return
         self.advance()
         self._remove(job)
@@ -223,10 +200,27 @@ class Fabric:
         return sum(j.rate for j in lk.jobs) / lk.capacity
 
     # -- mechanics ----------------------------------------------------------------------------
-    def _remove(self, job: Job) -> None:
-        self.jobs.remove(job)
-        for lk in job.links:
-            lk.jobs.remove(job)
+    def state(self, job: Job) -> tuple[float, float, float]:
+        """(work left, rate, finish instant) of a job on this fabric (Job.remaining, .rate, .finish)."""
+        i = self._place(job)
+        return self._rem[i], self._rate[i], self._fin[i]
+
+    def _remove(self, job: Job, left: float | None = None) -> None:
+        """Job leaves: its values go with it (its work left: `left` if given)."""
+        i = self._place(job)
+        job.leave(self._rem[i] if left is None else left, self._rate[i], self._fin[i])
+        del self.jobs[i], self._w[i], self._mr[i], self._rem[i], self._rate[i], self._fin[i], self._seq[i]
+        a, b = self._off[i], self._off[i + 1]
+        del self._lk[a:b], self._off[i + 1]
+        core.shift(self._off, i + 1, a - b)
+        serial, key = self._serial[job], self._serial.__getitem__
+        for lk in job.links:  # (its first entry there: a link it crosses twice holds it twice)
+            del lk.jobs[bisect_left(lk.jobs, serial, key=key)]
+        del self._serial[job]
+
+    def _place(self, job: Job) -> int:
+        """Its index in job order (by its serial number)."""
+        return bisect_left(self._seq, self._serial[job])
 
     def advance(self) -> None:
         """Bring every job's remaining work and every link's `used` up to now (rates are constant
@@ -234,11 +228,7 @@ class Fabric:
         now = self.env.now
         dt = now - self._t
         if dt > 0:
-            for j in self.jobs:
-                if j.remaining != INF:
-                    j.remaining -= j.rate * dt
-                for lk in j.links:
-                    lk.used += j.rate * dt
+            core.advance(self._rem, self._rate, self._lk, self._off, self._used, dt)
         self._t = now
 
     def _reallocate(self) -> None:
@@ -254,23 +244,13 @@ class Fabric:
             cap, c = link.capacity, j.max_rate / w
             # fair_share's one round, operation for operation: level min(cap / (0.0 + w), c), c wins ties
             best = cap / (0.0 + w)
-            j.rate = r = w * (c if c <= best else best)
+            self._rate[0] = r = w * (c if c <= best else best)
             if cap != INF and r / cap > self._peak[link.idx]:
                 self._peak[link.idx] = r / cap
-            j.finish = nxt = _due(r, j.remaining, now)
+            self._fin[0] = nxt = core.due(r, self._rem[0], now)
         elif jobs:
-            lk, off = array("q"), array("q", [0])
-            for j in jobs:
-                lk.extend(j.lidx)
-                off.append(len(lk))
-            rates = array("d", bytes(8 * len(jobs)))
-            w, mr = array("d", [j.weight for j in jobs]), array("d", [j.max_rate for j in jobs])
-            fair_share(self._cap, lk, off, w, mr, rates, self._peak)
-            for j, r in zip(jobs, rates):
-                j.rate = r
-                j.finish = f = _due(r, j.remaining, now)
-                if f < nxt:
-                    nxt = f
+            fair_share(self._cap, self._lk, self._off, self._w, self._mr, self._rate, self._peak)
+            nxt = core.finishes(self._rate, self._rem, self._fin, now)
         if self.check:
             self.assert_capacities()
         self.generation += 1
@@ -291,18 +271,23 @@ class Fabric:
             return
         self.advance()
         now = self.env.now
-        finished = [j for j in self.jobs if j.finish <= now + EPS * max(1.0, now)]
+        finished = [self.jobs[i] for i in core.due_by(self._fin, now + EPS * max(1.0, now))]
         for j in finished:
-            self._remove(j)
+            self._remove(j, 0.0)
         self._reallocate()
         for j in finished:
-            j.remaining = 0.0
             j.done.succeed(j)
+            j.done.callbacks.append(self._heard)  # (after its waiters)
+        self.unheard += len(finished)
+
+    def _heard(self, _done) -> None:
+        self.unheard -= 1
 
     def assert_capacities(self) -> None:
+        total = [0.0] * len(self._cap)  # each link's jobs' rates, summed in job order
+        for j in range(len(self.jobs)):
+            for t in range(self._off[j], self._off[j + 1]):
+                total[self._lk[t]] += self._rate[j]
         for lk in self.links.values():
-            if lk.unlimited:
-                continue
-            total = sum(j.rate for j in lk.jobs)
-            if total > lk.capacity * (1 + 1e-9) + 1e-12:
-                raise AssertionError(f"{self.name}/{lk.name}: allocated {total} > capacity {lk.capacity}")
+            if not lk.unlimited and total[lk.idx] > lk.capacity * (1 + 1e-9) + 1e-12:
+                raise AssertionError(f"{self.name}/{lk.name}: allocated {total[lk.idx]} > capacity {lk.capacity}")

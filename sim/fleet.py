@@ -120,10 +120,11 @@ class Fleet:
 
     def _lookahead_sources(self) -> list:
         """Everything that touches or reads the engines at instants it knows ahead (sim.lookahead), in
-        the order the bound asks them: engines fed from outside and a router first (-inf or their next
-        hand-over), then a running merge (it lifts the bound without asking the others), the trainer's
-        decisions, the monitor's samples, a co-tenant's switches, and with fleet.host_cores the hosts'
-        preemptions."""
+        the order the bound asks them: engines fed from outside (a remote KV pool: -inf while requests
+        are to enter; a disaggregated fleet's decode engines get a bound of their own: a Feeder) and a
+        router (its next hand-over) first, then a running merge (it lifts the bound without asking the
+        others), the trainer's decisions, the monitor's samples, a co-tenant's switches, and with
+        fleet.host_cores the hosts' preemptions."""
         first = [x for x in (self.fed, self.router) if x is not None]
         last = [x for x in (self.cotenant,) if x is not None]
         cores = [self.res] if self.spec.fleet.host_cores is not None else []

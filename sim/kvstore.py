@@ -29,7 +29,7 @@ from wadiloco.models.results.run import NoExtra
 from wadiloco.models.spec.run import RunSpec
 from wadiloco.models.workload.kinds import Arrivals
 from wadiloco.sim.build import prefix_cache, sidecar
-from wadiloco.sim.disagg import EMPTY, enter, fed, kv_links
+from wadiloco.sim.disagg import EMPTY, KVRoutes, enter, fed
 from wadiloco.sim.engine import delay_to
 from wadiloco.sim.fabric import INF
 from wadiloco.sim.lookahead import unbound
@@ -46,6 +46,7 @@ class RemoteKV(NoExtra):
         self.env, self.res, self.arr = env, res, arrivals
         e, fc = spec.engine, spec.fleet
         self.per_host, self.per_island = fc.sidecars_per_host, fc.sidecars_per_host * fc.hosts_per_island
+        self._links = KVRoutes(self.per_host, res)
         self.sidecars = []
         for s in range(fc.n_sidecars):
             hr, j = res.hosts[s // self.per_host], s % self.per_host
@@ -94,22 +95,28 @@ class RemoteKV(NoExtra):
         if not hs:
             return 0, None, 0
         own = self.sidecars[s].core.px.lookup(hs)
-        per_host, per_island = self.per_host, self.per_island
-        near = sorted(
-            (q for q in range(len(self.sidecars)) if q != s),
-            key=lambda q: (q // per_host != s // per_host, q // per_island != s // per_island, q),
-        )
         best, peer = own, None
-        for q in near:
+        for q in self._near(s):
             k = self.sidecars[q].core.px.lookup(hs)
             if k > best:
                 best, peer = k, q
         return own, peer, best
 
+    def _near(self, s: int):
+        """The other sidecars, nearest first: on s's host, then on its island, then the rest, each by
+        index (as sorting by (other host, other island, index) orders them)."""
+        h0, i0 = s - s % self.per_host, s - s % self.per_island
+        h1, i1 = h0 + self.per_host, i0 + self.per_island
+        yield from (q for q in range(h0, h1) if q != s)
+        yield from range(i0, h0)
+        yield from range(h1, i1)
+        yield from range(0, i0)
+        yield from range(i1, len(self.sidecars))
+
     def _fetch(self, s: int, i: int, peer: int, got: int, have: int, hs):
         nbytes = float(got - have) * self.bytes_per_token
         self.fetched_bytes += nbytes
-        links = kv_links(self.per_host, self.res, peer, s)
+        links = self._links(peer, s)
         job = links[0].fabric.start(links, nbytes * 8 / 1e9, 1.0, INF, ("remote_kv", "fetch"))
         if not job.done.triggered:
             yield job.done

@@ -390,9 +390,9 @@ def _regime(spec: SweepSpec, e: Entry, file: str, base: Path, scenarios: dict[Pa
             file, where, f"does not apply to {p}: {err.where + ': ' if err.where else ''}{err.message}"
         ) from None
     name = e.name or sc.name
-    check_run(sc, file=file, prefix=f"regimes.{e.index} ({name}): ")  # before any output exists
     with named_by(file, f"regimes.{e.index} ({name})"):
-        resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
+        run = resolve(sc)  # what every run's resolution would refuse (an engine profile's fit), refused once here
+    check_run(run, file=file, prefix=f"regimes.{e.index} ({name}): ")  # before any output exists
     return Regime(name, str(p), sc.digest(), sc.horizon_s, sc.workload.get("kind"), sc, _load_of(sc))
 
 

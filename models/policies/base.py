@@ -121,6 +121,15 @@ class Policy:
         return None
 
     @classmethod
+    def schedule_work(
+        cls, params: Params, horizon_s: float, step_time_s: float, base_dir: str
+    ) -> tuple[float, float | None]:
+        """For the run-size estimate (models.spec.runsize): the scheduled instants these params make the
+        policy walk through in a run of `horizon_s` seconds, and the merges it makes at most (None: the
+        corridor bounds them). A policy with a schedule of its own says; the others walk none."""
+        return 0.0, None
+
+    @classmethod
     def check_inputs(cls, params: Params, base_dir: str) -> str | None:
         """A problem with the inputs these params read (a file relative to `base_dir`), or None."""
         return None

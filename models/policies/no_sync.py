@@ -15,3 +15,7 @@ class NoSync(Policy):
 
     def next_merge(self, step: int, last_merge_step: int) -> int:
         return NEVER
+
+    @classmethod
+    def schedule_work(cls, params, horizon_s: float, step_time_s: float, base_dir: str):
+        return 0.0, 0.0  # (no merge: the run-size estimate counts none)

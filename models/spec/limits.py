@@ -1,26 +1,20 @@
-"""How big a run is, estimated from the resolved scenario before anything is built, and the limits
-past which it is refused: values that each look valid (a 1 ns step, a week-long horizon, a load of
-100, a million sidecars) can mean hours of simulation or gigabytes of memory.
-
-The estimate counts what the simulator does per item, with costs measured on this project's
-machine class (2 cores, CPython 3.11): a request is about 3 events and 250 bytes; an island's
-inner step 2 events and 60 bytes; a monitor sample 1 event plus half an event per sidecar it
-reads, one per island whose next decision it looks ahead to and a tenth per host (measured: 4,096
-hosts sampled every 10 ms cost 3.4 ms a sample in 64 islands, 5.3 ms in 256), and 250 bytes; a
-sidecar or host about 50 events and 10 kB to build; a merge about 10 events per host. At roughly
-10 us per event, 1e8 events is a quarter of an hour. Every limit is an environment variable, so a
-user who means it can raise it.
+"""The limits past which a run, a sweep or a search is refused before it starts: values that each look
+valid (a 1 ns step, a week-long horizon, a load of 100, a million sidecars, 256 Streaming DiLoCo
+fragments, one host core) can mean hours of simulation or gigabytes of memory. The run-size estimate
+itself, a term per cost driver, is models.spec.runsize; here it meets the limits, and a refusal names
+the scenario field behind its largest term. Every limit is an environment variable, so a user who
+means it can raise it.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from dataclasses import dataclass
 
 from wadiloco.models.engine.prefix import MOONCAKE_BLOCK_TOKENS
 from wadiloco.models.errors import InputError
+from wadiloco.models.spec import runsize
+from wadiloco.models.spec.runsize import Estimate, count_text
 
 LIMITS = {  # name: (environment variable, default, what it bounds)
     "events": ("WADILOCO_MAX_EVENTS", 100_000_000, "simulation events per run"),
@@ -29,7 +23,6 @@ LIMITS = {  # name: (environment variable, default, what it bounds)
     "runs": ("WADILOCO_MAX_RUNS", 100_000, "runs in one sweep or capacity search"),
     "workers": ("WADILOCO_MAX_WORKERS", 64, "local worker processes"),
 }
-BASE_BYTES = 100e6  # the interpreter, numpy, pandas and the simulator's code
 
 
 def limit(name: str) -> float:
@@ -42,120 +35,18 @@ def limit(name: str) -> float:
     return float(raw)
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """What one run of a scenario does, roughly: counts of each kind of work, and the events and
-    bytes each kind costs."""
+def estimate(run) -> Estimate:
+    """The estimate (models.spec.runsize) of a run: a RunSpec, or a Scenario resolved with its own policy."""
+    from wadiloco.models.spec.resolve import resolve
 
-    counts: dict[str, float]  # requests, island_steps, samples, components (sidecars + hosts), merges
-    events_by: dict[str, float]
-    bytes_by: dict[str, float]
-    fields: dict[str, str]  # the scenario field that sets each count
-
-    @property
-    def events(self) -> float:
-        return sum(self.events_by.values())
-
-    @property
-    def memory_bytes(self) -> float:
-        return BASE_BYTES + sum(self.bytes_by.values())
-
-    def describe(self) -> str:
-        c = self.counts
-        return (
-            f"about {_g(c['requests'])} requests, {_g(c['island_steps'])} island steps, {_g(c['samples'])} "
-            f"monitor samples, {_g(c['components'])} sidecars and hosts, {_g(c['merges'])} merges at most: "
-            f"{_g(self.events)} events, {self.memory_bytes / 2**20:,.0f} MiB"
-        )
+    return runsize.estimate(resolve(run))
 
 
-def _g(x: float) -> str:
-    return f"{x:,.0f}" if x < 1e7 else f"{x:.3g}"
-
-
-def expected_requests(sc, workload) -> tuple[float, str]:
-    """Requests over the horizon, fleet-wide, and the field that sets them; (0, "") if unknown."""
-    n, h = sc.fleet.n_sidecars, sc.horizon_s
-    trace = getattr(workload, "trace", None) if hasattr(workload, "cycle_s") else None
-    if trace is not None and getattr(workload, "load", None) is None:
-        t = trace.t[trace.t >= workload.time_offset_s] - workload.time_offset_s
-        window = h * workload.rate_scale
-        if workload.loop and len(t):
-            cycle = max(workload.cycle_s(), 1e-300)
-            return len(t) * window / cycle, "workload.rate_scale"
-        return float((t < window).sum()), "workload.rate_scale"
-    load = getattr(workload, "load", None)
-    if load is None:
-        return 0.0, ""
-    if trace is not None:
-        mp, mo = float(trace.prompt.mean()), float(trace.output.mean())
-    elif hasattr(workload, "tokens"):
-        mp, mo = workload.tokens.prompt.clipped_mean(), workload.tokens.output.clipped_mean()
-    else:
-        return 0.0, ""
-    return load * _capacity(sc, mp, mo) * n * h, "workload.load"
-
-
-def _capacity(sc, mean_prompt: float, mean_output: float) -> float:
-    from wadiloco.models.engine.capacity import sidecar_capacity_rps
-    from wadiloco.models.engine.latency import default_latency
-    from wadiloco.models.training.interference import default_weights
-
-    e = sc.engine
-    host_s = e.host_overhead_s + (0.0 if e.cuda_graphs else default_weights().eager_host_s)
-    cap = sidecar_capacity_rps(
-        default_latency(), e.max_num_seqs, host_s, mean_prompt, mean_output, e.max_num_batched_tokens
-    )
-    return cap if math.isfinite(cap) and cap > 0 else 0.0
-
-
-def estimate(sc, workload=None) -> Estimate:
-    """The estimate for scenario `sc` (models.spec.scenario.Scenario); `workload` is its parsed workload
-    (models.workload.kinds.parse_workload), parsed here if not given."""
-    if workload is None:
-        from wadiloco.models.workload.kinds import parse_workload
-
-        workload = parse_workload(sc.workload, sc.source, sc.base_dir)
-    f = sc.fleet
-    requests, req_field = expected_requests(sc, workload)
-    rounds = sc.horizon_s / sc.training.step_time_s
-    c = {
-        "requests": requests,
-        "island_steps": f.islands * rounds,
-        "samples": (sc.horizon_s + sc.drain_s) / sc.monitor.sample_s,
-        "components": float(f.n_sidecars + f.n_hosts),
-        "merges": rounds / sc.merge.h_min,
-    }
-    events = {
-        "requests": 3.0 * c["requests"],
-        "island_steps": 2.0 * c["island_steps"],
-        "samples": (1.0 + f.n_sidecars / 2 + f.islands + f.n_hosts / 10) * c["samples"],
-        "components": 50.0 * c["components"],
-        "merges": 10.0 * f.n_hosts * c["merges"],
-    }
-    per_byte = {"requests": 250.0, "island_steps": 60.0, "samples": 250.0, "components": 10e3, "merges": 200.0}
-    fields = {
-        "requests": req_field or "horizon_s",
-        "island_steps": "training.step_time_s",
-        "samples": _samples_field(sc),
-        "components": "fleet",
-        "merges": "merge.h_min",
-    }
-    return Estimate(c, events, {k: per_byte[k] * v for k, v in c.items()}, fields)
-
-
-def _samples_field(sc) -> str:
-    """The field that makes the timeline long: a sampling period far below its 1 s default, or a
-    drain far past the horizon."""
-    by_period = 1.0 / sc.monitor.sample_s
-    by_drain = (sc.horizon_s + sc.drain_s) / (2 * sc.horizon_s)
-    return "drain_s" if by_drain > by_period else "monitor.sample_s"
-
-
-def check_run(sc, workload=None, file: object = None, prefix: str = "") -> Estimate:
-    """The estimate, or an InputError naming the field to change when it exceeds a limit."""
-    est = estimate(sc, workload)
-    file = sc.source if file is None else file
+def check_run(run, file: object = None, prefix: str = "") -> Estimate:
+    """The estimate of `run` (a RunSpec or a Scenario), or an InputError naming the field to change when
+    it exceeds a limit."""
+    est = estimate(run)
+    file = run.source if file is None else file
     checks = (
         ("requests", est.counts["requests"], "requests"),
         ("memory_mb", est.memory_bytes / 2**20, max(est.bytes_by, key=est.bytes_by.get)),
@@ -173,8 +64,8 @@ def check_run(sc, workload=None, file: object = None, prefix: str = "") -> Estim
             raise InputError(
                 file,
                 f"{prefix}{field}",
-                f"this run is too big: {est.describe()}; over the limit of {_g(lim)} {what} (${env}). "
-                f"Most of it comes from {term.replace('_', ' ')}: change {change}, or raise ${env} if you mean it",
+                f"this run is too big: {est.describe()}; over the limit of {count_text(lim)} {what} (${env}). "
+                f"Most of it comes from {est.terms[term].what}: change {change}, or raise ${env} if you mean it",
             )
     return est
 
@@ -186,7 +77,8 @@ def check_count(name: str, n: float, file: object, field: str, what: str, other:
     if n > lim:
         env = LIMITS[name][0]
         lower = f"{field} or {other}" if other else field
-        raise InputError(file, field, f"{what}: {_g(n)}, over the limit of {_g(lim)} (${env}); lower {lower}")
+        msg = f"{what}: {count_text(n)}, over the limit of {count_text(lim)} (${env}); lower {lower}"
+        raise InputError(file, field, msg)
 
 
 def notes(sc, policy: str) -> list[str]:

@@ -29,6 +29,7 @@ The gaps are whatever the schedule says, so the merge corridor is not respected
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -139,6 +140,30 @@ class Replay(Policy):
         self.starts, self.duration = schedule(params, ctx.seed, ctx.draw, ctx.base_dir)
         self._times = merge_times(params, self.starts, self.duration)
         self._next = next(self._times, INF)
+
+    @classmethod
+    def schedule_work(cls, params: ReplayParams, horizon_s: float, step_time_s: float, base_dir: str):
+        """Every scheduled instant up to the horizon is walked through, those an offset moves before 0
+        too (counted, not listed: a wrap of 1 us over 10 minutes is 6e8 of them); merges happen at the
+        ones in [0, horizon_s). A harness schedule (a simulated run of its own) is not counted: the
+        corridor-free bound, one merge per step, stands for it."""
+        if params.schedule == "harness":
+            return 0.0, None
+        starts, d = schedule(params, 0, 0, base_dir)
+        wrap = params.repeat and d > params.window_s
+        k = sum(1 for s in starts if s < d) if wrap else len(starts)
+        if not k:
+            return 0.0, 0.0
+        horizon = horizon_s
+        if not wrap:
+            return float(k), float(sum(1 for s in starts if 0 <= params.offset_s + s < horizon))
+        walked = merges = 0.0
+        for s in (s for s in starts if s < d):  # instants offset + r d + s, r = 0, 1, ... while < horizon
+            last = math.floor((horizon - params.offset_s - s) / d)
+            first = max(0, math.ceil(-(params.offset_s + s) / d))
+            walked += max(0, last + 1)
+            merges += max(0, last - first + 1)
+        return walked, merges
 
     @classmethod
     def check_inputs(cls, params: ReplayParams, base_dir: str) -> str | None:

@@ -26,7 +26,7 @@ COTENANT = {"weight": 1.0, "timetable": {"kind": "periodic", "period_s": 20.0, "
             ["router", "merge", "trainer", "monitor", "hosts"],
         ),
         ({"cotenant": COTENANT}, ["merge", "trainer", "monitor", "cotenant"]),
-        ({"disagg": {"prefill_sidecars": [0]}}, ["fed", "merge", "trainer", "monitor"]),
+        ({"disagg": {"prefill_sidecars": [0]}}, ["merge", "trainer", "monitor", "fed"]),  # (a feeder)
     ],
     ids=["plain", "router-cores", "cotenant", "disagg"],
 )
@@ -43,7 +43,8 @@ def test_a_fleet_registers_exactly_the_sources_it_has(extra, expected):
         "hosts": f.res,
     }
     told = [k for k, x in parts.items() if x is not None and getattr(x, "bound_changed", None) == f.bound.changed]
-    assert told == expected and len(f.bound._sources) == len(expected)
+    feeds = [k for k, x in parts.items() if x is not None and getattr(x, "bound_changed", None) == f.bound.fed_changed]
+    assert told + feeds == expected and len(f.bound._sources) + len(f.bound._feeders) == len(expected)
     assert f.run().summary["requests"] > 0
 
 

@@ -73,7 +73,7 @@ def test_every_shipped_scenario_is_within_the_limits(path, shared_dir):
     r = load(path) if "trace" not in path.read_text() else None
     if r is None:
         pytest.skip("trace scenarios are checked through the sweeps that use them")
-    est = check_run(load_scenario(path), r.workload.params)
+    est = check_run(load_scenario(path))
     assert est.events < 1e7 and est.memory_bytes < 1e9
 
 
@@ -83,7 +83,7 @@ def test_the_request_estimate_is_near_the_truth(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump({"name": "x", "horizon_s": 120, "drain_s": 20, "workload": {"kind": "bursty"}}))
     r = load(p)
-    est = estimate(load_scenario(p), r.workload.params)
+    est = estimate(load_scenario(p))
     n = run_one(r, 0, policy="no_sync").summary["requests"]
     assert 0.8 * n < est.counts["requests"] < 1.25 * n, (est.counts["requests"], n)
 

@@ -92,4 +92,5 @@ serving = core("serving")
 EngineState, serve, delay_to, NO_GATE = serving.EngineState, serving.serve, serving.delay_to, serving.NO_GATE
 KVPool = serving.POOL  # the block pool class the running core takes (models.engine.kv)
 PrefixCache = serving.CACHE  # and the prefix cache class (models.engine.prefix)
-fair_share = core("fairshare").fair_share  # every shared resource's re-allocation (sim.fabric)
+fabric_core = core("fairshare")  # links, jobs and every shared resource's re-allocation (sim.fabric)
+fair_share = fabric_core.fair_share

@@ -1,39 +1,98 @@
-# C types for models/network/fairshare.py when setup.py compiles it (Cython, pure-Python mode): the arrays are
-# typed views (array('d') and array('q'), 64-bit), the rounds run on C doubles and integers.
+# C types for models/network/fairshare.py when setup.py compiles it (Cython, pure-Python mode): links and
+# jobs are C classes (a re-allocation reads and writes every job's fields), the arrays are typed views
+# (array('d'), array('q') 64-bit, array('b')), the rounds and heaps run on C doubles and integers.
 import cython
 
 cdef double INF
 
 
-@cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, left=cython.double[:], wsum=cython.double[:],
-               stamp=cython.longlong[:], order=cython.longlong[:], crossed=cython.longlong[:],
-               pend=cython.longlong[:], n_pend=cython.Py_ssize_t, rnd=cython.longlong,
-               n_links=cython.Py_ssize_t, k=cython.Py_ssize_t, i=cython.Py_ssize_t, best=cython.double,
-               best_link=cython.longlong, cap_at=cython.Py_ssize_t, cap_lvl=cython.double)
+cdef class Link:
+    cdef public object name, jobs, occupant, fabric
+    cdef public double capacity
+    cdef public long long idx
+
+
+cdef class Job:
+    cdef public list links, lidx
+    cdef public double work, weight, max_rate, started
+    cdef public object done, tag, fabric
+    cdef public tuple kept
+
+
+cpdef double due(double rate, double remaining, double now)
+
+@cython.locals(j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, r=cython.double)
+cpdef advance(double[:] rem, double[:] rate, long long[:] lk, long long[:] off, double[:] used, double dt)
+
+@cython.locals(j=cython.Py_ssize_t, f=cython.double, nxt=cython.double)
+cpdef double finishes(double[:] rate, double[:] rem, double[:] fin, double now) except? -1.0
+
+@cython.locals(j=cython.Py_ssize_t)
+cpdef list due_by(double[:] fin, double until)
+
+@cython.locals(j=cython.Py_ssize_t)
+cpdef shift(long long[:] off, Py_ssize_t i, long long d)
+
+@cython.locals(f=Filling)
 cpdef fair_share(double[:] cap, long long[:] lk, long long[:] off, double[:] weight, double[:] max_rate,
                  double[:] rate, double[:] peak)
 
-# the rounds' steps: C functions on the same views (no Python call; a division by 0 still raises)
-@cython.locals(k=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.longlong, t=cython.longlong, x=cython.longlong,
-               w=cython.double)
-cdef Py_ssize_t _weigh(long long[:] lk, long long[:] off, double[:] weight, long long[:] pend, Py_ssize_t n_pend,
-                       long long rnd, long long[:] stamp, double[:] wsum, long long[:] order) noexcept
 
-@cython.locals(best=cython.double, best_link=cython.longlong, i=cython.Py_ssize_t, x=cython.longlong,
-               lvl=cython.double)
-cdef (double, long long) _tightest_link(double[:] left, double[:] wsum, long long[:] order, Py_ssize_t k)
+cdef class Filling:
+    cdef double[:] cap, weight, max_rate, rate, left, wsum, lvl, cv
+    cdef long long[:] lk, off, crossed, head, tail, cj, ct, mark, touched, heap, at, cjob
+    cdef signed char[:] exact, frozen
+    cdef Py_ssize_t n, k, hn, cn, nd
+    cdef long long rnd
 
-@cython.locals(cap_at=cython.Py_ssize_t, cap_lvl=cython.double, i=cython.Py_ssize_t, j=cython.longlong,
-               c=cython.double)
-cdef (Py_ssize_t, double) _tightest_cap(double[:] weight, double[:] max_rate, long long[:] pend,
-                                        Py_ssize_t n_pend)
+    @cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, nt=cython.Py_ssize_t, q=cython.longlong[:],
+                   d=cython.double[:], b=cython.schar[:], x=cython.Py_ssize_t)
+    cdef setup(self, double[:] cap, long long[:] lk, long long[:] off, double[:] weight, double[:] max_rate,
+               double[:] rate)
 
-@cython.locals(kept=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.longlong, hit=cython.bint, t=cython.longlong,
-               x=cython.longlong, r=cython.double, y=cython.double)
-cdef Py_ssize_t _freeze(long long[:] lk, long long[:] off, double[:] weight, long long[:] pend, Py_ssize_t n_pend,
-                        double[:] left, double[:] rate, double best, long long best_link, Py_ssize_t cap_at,
-                        double cap_lvl) noexcept
+    @cython.locals(lk=cython.longlong[:], off=cython.longlong[:], head=cython.longlong[:],
+                   tail=cython.longlong[:], cnt=cython.longlong[:], k=cython.Py_ssize_t, t=cython.longlong,
+                   x=cython.longlong, i=cython.Py_ssize_t, pos=cython.longlong, j=cython.Py_ssize_t,
+                   e=cython.longlong)
+    cdef void group(self) noexcept
 
-@cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, y=cython.double)
-cdef void _loads(double[:] cap, long long[:] lk, long long[:] off, double[:] rate, double[:] peak, double[:] wsum,
-                 long long[:] crossed, Py_ssize_t n_links, Py_ssize_t n)
+    @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, s=cython.double, e=cython.longlong,
+                   j=cython.Py_ssize_t, c=cython.double, cn=cython.Py_ssize_t)
+    cdef void heaps(self) noexcept
+
+    @cython.locals(n_pend=cython.Py_ssize_t, first=cython.Py_ssize_t, best=cython.double,
+                   best_link=cython.longlong, cap_at=cython.longlong, cap_lvl=cython.double,
+                   e=cython.longlong, j=cython.longlong)
+    cpdef run(self)
+
+    @cython.locals(x=cython.longlong, s=cython.double, w=cython.longlong, h=cython.longlong,
+                   e=cython.longlong, j=cython.longlong)
+    cdef bint tightest(self) noexcept
+
+    @cython.locals(r=cython.double, t=cython.longlong, x=cython.longlong, y=cython.double)
+    cdef void freeze(self, long long j, double level) noexcept
+
+    @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, h=cython.longlong)
+    cdef void rebound(self) noexcept
+
+    @cython.locals(load=cython.double[:], lk=cython.longlong[:], off=cython.longlong[:], i=cython.Py_ssize_t,
+                   j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, y=cython.double)
+    cpdef peaks(self, double[:] peak)
+
+    @cython.locals(x=cython.longlong, y=cython.longlong)
+    cdef bint less(self, Py_ssize_t a, Py_ssize_t b) noexcept
+
+    @cython.locals(x=cython.longlong, y=cython.longlong)
+    cdef void swap(self, Py_ssize_t a, Py_ssize_t b) noexcept
+
+    @cython.locals(c=cython.Py_ssize_t)
+    cdef void down(self, Py_ssize_t i) noexcept
+
+    @cython.locals(p=cython.Py_ssize_t)
+    cdef void up(self, Py_ssize_t i) noexcept
+
+    @cython.locals(i=cython.Py_ssize_t, y=cython.longlong)
+    cdef void remove(self, long long x) noexcept
+
+    @cython.locals(cv=cython.double[:], cj=cython.longlong[:], cn=cython.Py_ssize_t, c=cython.Py_ssize_t)
+    cdef void cdown(self, Py_ssize_t i) noexcept
