@@ -58,8 +58,8 @@ def sidecar(
     env, s: int, arrivals, e: EngineSpec, hr: HostRes, j: int, la: Lookahead, fast_forward: bool | None = None, **kw
 ) -> Sidecar:
     """Sidecar s, the host's j-th, on its GPU and CPU path (and frontend path, with frontend work),
-    with its KV pool; fast-forward as the engine says unless given; `kw`: client, prefix, pcie and
-    block_bytes (sim.engine.Sidecar's)."""
+    with its KV pool, swapping over the host's PCIe; fast-forward as the engine says unless given;
+    `kw`: client and prefix (sim.engine.Sidecar's)."""
     return Sidecar(
         env,
         s,
@@ -76,6 +76,8 @@ def sidecar(
         kv=kv_pool(e.pool(s)),
         fast_forward=e.fast_forward if fast_forward is None else fast_forward,
         limits=(e.lag, e.max_len, e.patience_s, pooled(e.prefix)),
+        pcie=hr.pcie,
+        block_bytes=e.block_bytes,
         **kw,
     )
 
@@ -210,8 +212,6 @@ def make_sidecars(
             la,
             client=clients[s] if clients is not None else None,
             prefix=prefix_cache(e.prefix),
-            pcie=hosts[s // per_host].pcie,
-            block_bytes=e.block_bytes,
         )
         for s in range(spec.fleet.n_sidecars)
     ]

@@ -205,3 +205,22 @@ def test_kv_flows_that_finish_together_all_enter_before_their_decoder_runs_ahead
     assert list(req["decode_sidecar"]) == [2, 2] and req["first_token"][0] == req["first_token"][1]
     assert req["admitted"][1] == req["admitted"][0]  # (prefilled together)
     _same(on, off)
+
+
+@pytest.mark.parametrize("fed", ["disagg", "remote_kv"])
+def test_fleets_fed_from_outside_swap_over_the_hosts_pcie(fed):
+    """Engines fed from outside are built as every sidecar is, with their host's PCIe link, so a KV pool
+    that runs short swaps there (it was refused at build time); an unlimited PCIe makes the copies free,
+    which changes the run; lookahead on or off gives the same bytes."""
+    d = _sc(horizon=10.0, load=0.5, engine={"kv_blocks": 300, "preemption": "swap"}).model_dump(exclude_none=True)
+    if fed == "remote_kv":  # the same fleet, its prefix caches pooled
+        del d["disagg"]
+        d["remote_kv"], d["engine"]["prefix_cache"] = {}, 1024
+    sc = scenario_from_dict(d)
+    a = simulate(sc, 1)
+    assert a.summary["swap_blocks"] > 0
+    assert a.summary["requests"] == a.summary["completed"] + a.summary["unfinished"]
+    _same(a, simulate(sc, 1, lookahead=False))
+    free = simulate(scenario_from_dict({**d, "fleet": {**d["fleet"], "unlimited": ["pcie"]}}), 1)
+    assert free.summary["swap_blocks"] > 0
+    assert not np.array_equal(a.requests["finish"], free.requests["finish"], equal_nan=True)
