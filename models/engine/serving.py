@@ -1052,7 +1052,7 @@ class Steps:
             if k > 1 and st.patience < INF and span > (gap := st.next_deadline() - now):
                 k, span = reach(gap, sg, sdg, sh, k)  # stop where a client gives up
         self.k, self.span, self.end = k, span, now + span
-        self.seen = now + run_time(k - 1, sg, sdg, sh) if k > 1 else now
+        self.seen = now + run_time(k - 1, sg, sdg, sh) if k > 1 and st.lag else now  # (read only with lag)
 
     def _idle(self, now: float, until: float, busy: bool) -> int:
         """Nothing to run at `now`: DONE when nothing will come; else wait for the next request (IDLE),
