@@ -213,7 +213,7 @@ class EngineState:
         # reach the schedule one iteration late (`lag`), requests longer than `max_len` are refused, requests
         # sent `patience` ago or more are abandoned (waiting: at the queue's head; running: aborted), counted;
         # `live` marks the running requests, `alive` holds them by request id (= by arrival: a deadline heap)
-        + ("lag", "limits", "max_len", "patience", "refused", "abandoned", "live", "_live", "alive")
+        + ("lag", "limits", "watch", "max_len", "patience", "refused", "abandoned", "live", "_live", "alive")
         # the prefix cache in the pool's free blocks (vLLM V1, engine.prefix_caching): a computed prompt's blocks
         # become its entries, pinned while it runs, and stay cached when it goes until their blocks are taken
         + ("pooled",)
@@ -305,7 +305,8 @@ class EngineState:
         """vLLM V1's limits (the slots' comment): none of them is the default engine's."""
         self.lag, self.max_len, self.patience = lag, (max_len if max_len > 0 else 1 << 62), patience
         self.refused = self.abandoned = 0
-        self.limits = max_len > 0 or patience < INF  # (admission asks `_gone` only then)
+        self.watch = patience < INF  # (a C flag where the compiled core asks, not a float compared each time)
+        self.limits = max_len > 0 or self.watch  # (admission asks `_gone` only then)
         self.alive = KeyHeap()
         self.pooled = pooled
         px, kv = self.px, self.kv
@@ -791,7 +792,7 @@ class EngineState:
     def _run(self, rid: int) -> None:
         """Request rid is admitted: it runs (and, with a time-out, its deadline is watched)."""
         self._live[rid] = 1
-        if self.patience < INF:
+        if self.watch:
             self.alive.push(rid)
 
     def _gone(self, rid: int, now: float) -> bool:
@@ -813,7 +814,7 @@ class EngineState:
     def expire(self, now: float) -> None:
         """At `now`, before an iteration: the running requests whose clients gave up are aborted, and
         the queue's head is dropped while it is refused or abandoned (`_gone`)."""
-        if self.patience < INF:
+        if self.watch:
             self.give_up(now, self.diter, self.n_dec, self.sum_ctx)
         waiting = self.waiting
         while waiting.n and self._gone(waiting.at(0), now):
@@ -1049,7 +1050,7 @@ class Steps:
             if k > 1 and (n_dec < st.max_seqs or i >= st.n) and span > (gap := st.next_at(i) - now):
                 # stop for an arrival it could admit, or before the iteration in flight when a router looks
                 k, span = reach(gap, sg, sdg, sh, k) if i < st.n else before(gap, sg, sdg, sh, k)
-            if k > 1 and st.patience < INF and span > (gap := st.next_deadline() - now):
+            if k > 1 and st.watch and span > (gap := st.next_deadline() - now):
                 k, span = reach(gap, sg, sdg, sh, k)  # stop where a client gives up
         self.k, self.span, self.end = k, span, now + span
         self.seen = now + run_time(k - 1, sg, sdg, sh) if k > 1 and st.lag else now  # (read only with lag)

@@ -45,7 +45,7 @@ cdef class EngineState:
     # local: a local view is acquired and released (two atomic instructions) at every call
     cdef double[:] _admitted, _first_token, _finish, _t_arr
     cdef long long[:] _prompt, _output, _prefilled, _skipped, _pinned, _live
-    cdef public bint lag, limits, pooled
+    cdef public bint lag, limits, pooled, watch
     cdef public long long max_len, refused, abandoned
     cdef public double patience
     cdef public object live
@@ -136,7 +136,7 @@ cdef class EngineState:
     @cython.locals(px=PrefixCache, kv=KVPool)
     cdef _v1(self, bint lag, long long max_len, double patience, bint pooled)
 
-    cpdef _run(self, long long rid)
+    cdef void _run(self, long long rid) except *
 
     @cython.locals(kv=KVPool)
     cpdef bint _gone(self, long long rid, double now) except? True
