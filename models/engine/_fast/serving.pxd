@@ -177,11 +177,11 @@ cdef class Steps:
 
     @cython.locals(st=EngineState, k=cython.longlong, m=cython.longlong, end=cython.double, n_dec=cython.longlong,
                    diter=cython.longlong, sum_ctx=cython.longlong)
-    cdef void _book(self)
+    cdef inline void _book(self)
 
     @cython.locals(st=EngineState, sg=cython.double, sdg=cython.double, sh=cython.double, n_dec=cython.longlong,
                    k=cython.longlong, span=cython.double, gap=cython.double)
-    cdef void _time(self, double now, long long i)
+    cdef inline void _time(self, double now, long long i)
 
     @cython.locals(st=EngineState, i=cython.longlong, r=cython.double)
     cdef int _idle(self, double now, double until, bint busy) except -2
