@@ -21,7 +21,9 @@ case per driver; tests/spec/test_runsize.py holds each count to 0.8-1.25x of the
 - KV flows (disagg:, remote_kv:): hand-offs and fetches over the network fabric, 4 events each plus
   1/100 event per flow in flight at each of their two re-allocations (models.network.fairshare); the
   flows in flight come from a processor-sharing queue at the link each binds on, and a link offered
-  more than it carries holds a backlog that grows for the whole horizon ("a backlog grows"). Engines
+  more than it carries holds a backlog that grows for the whole horizon ("a backlog grows": a fluid
+  processor-sharing queue over the flows' sizes, where the small ones finish and the large ones
+  pile up). Engines
   fed from outside take an event per iteration, at most: a remote pool's engines step one at a
   time, a disaggregated fleet's prefill engines too, and its decode engines book the iterations
   before the next hand-off, prefill step or KV completion at once (0.78 events an iteration in
@@ -34,7 +36,10 @@ Every limit is an environment variable (models.spec.limits), so a user who means
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
+
+import numpy as np
 
 from wadiloco.models.engine.batching import compose
 from wadiloco.models.engine.capacity import sidecar_capacity_rps
@@ -349,12 +354,15 @@ def _capacity(f, link: tuple[str, int]) -> float:
     return {"pcie": f.pcie_gbps, "out": f.nic_gbps, "in": f.nic_gbps, "bp": f.switch_gbps}.get(kind, f.wan_gbps)
 
 
-def in_flight(spec: RunSpec, pairs: dict[tuple[int, int], float], gbits: float) -> tuple[float, float, bool]:
+def in_flight(
+    spec: RunSpec, pairs: dict[tuple[int, int], float], gbits: float, sizes: np.ndarray | None = None
+) -> tuple[float, float, bool]:
     """(flows in flight on average while any is, how long that is, whether a link is offered more than
-    it carries) for flows of `gbits` each, `pairs[(src host, dst host)]` per second over the horizon.
-    Each pair's flows wait at the most loaded link on their path, a processor-sharing queue: rho / (1 -
-    rho) in flight below saturation; above it the backlog grows at (offered - carried) for the whole
-    horizon and drains afterwards (until the run's end)."""
+    it carries) for flows of `gbits` each on average (`sizes`: their relative sizes, equally likely;
+    None: all alike), `pairs[(src host, dst host)]` per second over the horizon. Each pair's flows wait
+    at the most loaded link on their path, a processor-sharing queue: rho / (1 - rho) in flight below
+    saturation; above it a backlog that grows for the whole horizon and drains afterwards (until the
+    run's end), followed as a fluid (`backlog`)."""
     f, h = spec.fleet, spec.horizon_s
     offered: dict[tuple[str, int], float] = {}
     for (hp, hd), rate in pairs.items():
@@ -366,18 +374,51 @@ def in_flight(spec: RunSpec, pairs: dict[tuple[int, int], float], gbits: float) 
         binding[lk] = binding.get(lk, 0.0) + rate
     area, active, over = 0.0, h, False
     for lk, rate in binding.items():
-        mu = _capacity(f, lk) / gbits  # flows/s it carries
+        mu = _capacity(f, lk) / gbits  # mean-sized flows/s it carries
         rho = offered[lk] / mu
         if rho < 1.0:
             area += rate / offered[lk] * rho / (1.0 - rho) * h
             continue
         over = True
-        grow = (offered[lk] - mu) * rate / offered[lk]
-        top = grow * h
-        drain = min(top / (mu * rate / offered[lk]), spec.end_s - h)
-        area += grow * h * h / 2 + (2 * top - mu * rate / offered[lk] * drain) * drain / 2
-        active = max(active, h + drain)
+        flow_s, last = backlog(offered[lk], mu, h, spec.end_s, np.ones(1) if sizes is None else sizes)
+        area += rate / offered[lk] * flow_s
+        active = max(active, last)
     return area / active, active, over
+
+
+def backlog(lam: float, mu: float, h: float, end: float, sizes: np.ndarray, steps: int = 400) -> tuple[float, float]:
+    """(flow-seconds, the last instant a flow is in flight) of a link offered more than it carries: flows
+    arrive at `lam` per second over [0, h], of relative sizes `sizes` (mean 1, equally likely), and share
+    the link's `mu` mean-sized flows per second equally (processor sharing, max-min with one binding
+    link), until `end`. A fluid, in `steps` steps: each arrival slot's flows have had the same service, so
+    its small flows finish first while the large ones stay and the count in flight grows faster than
+    (lam - mu) t. Within 5% of the runs' own transfer times (tests/spec/test_runsize.py)."""
+    dt = end / steps
+    slots = max(1, round(h / dt))
+    arrived = (np.arange(slots) + 0.5) * (h / slots)
+    mass = lam * h / slots / len(sizes)  # flows per (slot, size)
+    served = np.zeros(slots)  # service each slot's flows have had, in mean flow sizes
+    area = last = 0.0
+    for i in range(steps):
+        t = (i + 0.5) * dt
+        here = arrived <= t
+        n = float(((served[:, None] < sizes[None, :]) & here[:, None]).sum()) * mass
+        if n > 0.0:
+            area += n * dt
+            last = t + dt / 2
+            served[here] += mu * dt / n
+    return area, last
+
+
+def size_classes(spec: RunSpec, k: int = 16) -> np.ndarray | None:
+    """The workload's prompt lengths as `k` equally likely relative sizes (mean 1): the lognormal's
+    quantiles, clipped as its samples are; None if it has no such distribution."""
+    lengths = getattr(getattr(spec.workload.params, "tokens", None), "prompt", None)
+    if lengths is None or lengths.sigma == 0.0:
+        return None
+    z = np.array([statistics.NormalDist().inv_cdf((i + 0.5) / k) for i in range(k)])
+    s = np.clip(np.exp(lengths.mu + lengths.sigma * z), lengths.min, lengths.max)
+    return s / s.mean()
 
 
 def disagg_pairs(spec: RunSpec, rate: float) -> dict[tuple[int, int], float]:
@@ -501,7 +542,8 @@ def kv_flows(spec: RunSpec, n_requests: float) -> tuple[dict[str, Term], float]:
         flows, tokens, held = fetch_count(spec, n_requests)
         pairs = remote_pairs(spec, flows / max(spec.horizon_s, 1e-9), held)
     gbits = max(tokens * bpt * 8 / 1e9, 1e-12)
-    mean, active, over = in_flight(spec, pairs, gbits) if flows else (0.0, spec.horizon_s, False)
+    sizes = size_classes(spec) if spec.disagg is not None else None  # (a fetch moves a cached prefix: alike)
+    mean, active, over = in_flight(spec, pairs, gbits, sizes) if flows else (0.0, spec.horizon_s, False)
     out = {"kv_flows": Term(flows, flows * (4.0 + 2 * FLOW_EVENTS * mean), flows * 600.0 + mean * 400.0, field, what)}
     # flow-seconds (Little: the flows' durations summed); a link offered more than it carries holds a backlog
     out["kv_flow_s"] = Term(mean * active, 0.0, 0.0, field, "KV flow-seconds" + (" (a backlog grows)" if over else ""))

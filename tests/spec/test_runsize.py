@@ -101,17 +101,20 @@ def test_disaggregated_hand_offs():
     assert "backlog" not in est.terms["kv_flow_s"].what
 
 
-def test_a_kv_backlog_is_seen():
+@pytest.mark.parametrize("horizon,load,drain", [(20, 0.3, 200), (10, 0.5, 300)])
+def test_a_kv_backlog_is_seen(horizon, load, drain):
     """Seven prefill sidecars hand off to one decode sidecar across the WAN: the island's downlink is
     offered several times what it carries, so transfers pile up for the whole horizon and drain after
-    it; the decode side then sees them over that longer span."""
-    d = {"horizon_s": 20, "drain_s": 200, "workload": {"kind": "normal", "load": 0.3}, **QUIET}
+    it (every one ends within the drain here); the decode side then sees them over that longer span.
+    The flow-seconds follow the backlog's fluid, where the short prompts' transfers finish first."""
+    d = {"horizon_s": horizon, "drain_s": drain, "workload": {"kind": "normal", "load": load}, **QUIET}
     est, _, res = run({**d, "disagg": {"prefill_sidecars": list(range(7))}})
     near(est.counts["kv_flows"], res.summary["disagg"]["kv_transfers"])
     near(est.counts["fed_iterations"], res.summary["engine_iterations"])
     assert "backlog" in est.terms["kv_flow_s"].what and est.fields["kv_flows"] == "disagg.kv_bytes_per_token"
-    flow_s = float(np.nansum(res.requests["kv_transfer_s"]))
-    assert 0.5 * flow_s < est.counts["kv_flow_s"] < 2 * flow_s  # (a fluid model of a backlog: coarser)
+    moved = res.requests["output"] > 1
+    assert not np.isnan(res.requests["kv_transfer_s"][moved]).any()
+    near(est.counts["kv_flow_s"], float(np.nansum(res.requests["kv_transfer_s"])))
 
 
 POOL = {
