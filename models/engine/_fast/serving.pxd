@@ -53,17 +53,17 @@ cdef class EngineState:
 
     # rule 1: arrivals, and when the next one is
     @cython.locals(i=cython.longlong, n=cython.longlong, waiting=RingFifo)
-    cpdef long long arrive(self, double now, double seen) except? -1
+    cdef inline long long arrive(self, double now, double seen) except *
 
     @cython.locals(kv=KVPool)
-    cpdef bint idle(self) except -1
+    cdef inline bint idle(self) except -1
 
-    cpdef double next_at(self, long long i) except? -1.0
+    cdef inline double next_at(self, long long i) except? -1.0
 
     # the prefill chunks: (m, last, pf), no list (a step's chunks go to the first m of prefilling)
     @cython.locals(m=cython.longlong, take=cython.longlong, rid=cython.longlong, j=cython.longlong,
                    prefilling=RingFifo)
-    cpdef (long long, long long, long long) continuing(self, long long budget)
+    cdef inline (long long, long long, long long) continuing(self, long long budget)
 
     @cython.locals(budget0=cython.longlong, budget=cython.longlong, take=cython.longlong, m=cython.longlong,
                    room=cython.longlong, got=cython.longlong, hit=cython.longlong, tok=cython.longlong,
@@ -90,7 +90,7 @@ cdef class EngineState:
     cpdef finish_due(self, double end, long long diter, long long n_dec, long long sum_ctx, list done)
 
     @cython.locals(x=cython.longlong, k=cython.longlong, safe=cython.longlong)
-    cpdef long long kv_run(self, long long t, long long n_dec) except? -1
+    cdef inline long long kv_run(self, long long t, long long n_dec) except *
 
     @cython.locals(t_arr=cython.double[:], admitted=cython.double[:], finish=cython.double[:], n=cython.longlong,
                    done=cython.longlong, j=cython.longlong)
