@@ -3,6 +3,7 @@ skips (with the reason) when its trace, in the shared folder, is not beside the 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,17 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "scenar
 
 
 def load_shipped(path: Path):
-    try:
+    with trace_or_skip(path.name):
         return load_scenario(path)
+
+
+@contextmanager
+def trace_or_skip(what: str):
+    """Skip (with the reason) when what is loaded inside replays a trace that is not beside the checkout
+    (scenarios name theirs as ../../shared/traces/..., whatever $WADILOCO_SHARED says)."""
+    try:
+        yield
     except InputError as e:
         if "trace file not found" not in str(e):
             raise
-        pytest.skip(f"{path.name}: its trace is in shared/, not found beside the checkout ({e})")
+        pytest.skip(f"{what}: its trace is in shared/, not found beside the checkout ({e})")

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped import load_shipped
 
 from wadiloco.models.results import invariants as inv
-from wadiloco.models.spec.load import load_scenario, with_overrides
+from wadiloco.models.spec.load import with_overrides
 from wadiloco.models.workload.kinds import Arrivals, arrivals_hash
 from wadiloco.sim.fleet import simulate
 
@@ -22,7 +23,7 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 
 def _short(path, horizon=120.0, **more):
-    sc = load_scenario(path)
+    sc = load_shipped(path)
     return with_overrides(
         sc,
         {
@@ -42,7 +43,7 @@ def _table_arrivals_hash(r: dict[str, np.ndarray], n_sidecars: int) -> str:
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
-def test_invariants_hold_on_every_regime(path, shared_dir):
+def test_invariants_hold_on_every_regime(path):
     sc = _short(path)
     res = simulate(sc, 7, check=True)
     s = res.summary

@@ -69,7 +69,7 @@ def test_ints_stay_valid_where_floats_are_expected(tmp_path):
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_every_shipped_scenario_is_within_the_limits(path, shared_dir):
+def test_every_shipped_scenario_is_within_the_limits(path):
     r = load(path) if "trace" not in path.read_text() else None
     if r is None:
         pytest.skip("trace scenarios are checked through the sweeps that use them")

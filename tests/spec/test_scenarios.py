@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shipped import load_shipped
 
 from wadiloco.models.errors import InputError
 from wadiloco.models.spec.load import load_scenario, with_overrides
@@ -32,8 +33,8 @@ def test_every_regime_has_a_scenario():
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
-def test_scenario_loads(path, shared_dir):
-    sc = load_scenario(path)
+def test_scenario_loads(path):
+    sc = load_shipped(path)
     assert sc.name == path.stem
     # the digest (runs.csv's scenario_hash) is stable across loads and moves with any field
     assert load_scenario(path).digest() == sc.digest()
