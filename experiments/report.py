@@ -225,7 +225,7 @@ def _provenance_blocks(prov: dict[str, Any] | None) -> list:
     if prov is None:
         return [("h2", "Provenance"), ("p", "Not recorded: this store predates provenance records; --resume adds one.")]
     lines = [
-        f"session {i + 1}{' (--resume)' if s.get('resume') else ''}: wadiloco-sim {s.get('version')}, "
+        f"invocation {i + 1}{' (--resume)' if s.get('resume') else ''}: wadiloco-sim {s.get('version')}, "
         f"git {s.get('git_revision') or 'not a git checkout'}, {s.get('completed_before', 0)} runs stored before"
         for i, s in enumerate(prov.get("sessions", []))
     ]

@@ -43,7 +43,7 @@ def test_sweep_records_provenance_and_a_resume_adds_its_session(tmp_path, monkey
     assert pol["fixed"]["params"]["H"] == 24 and pol["no_sync"]["role"] == "baseline"
     assert pol["matched_random[fixed]"]["reference"] == "fixed"
     assert first["sessions"] == [{**provenance.software(), "resume": False, "completed_before": 0}]
-    assert "session 1: wadiloco-sim" in (out / "report.md").read_text()
+    assert "invocation 1: wadiloco-sim" in (out / "report.md").read_text()
 
     # a session killed before its last run, resumed under another version
     con = sqlite3.connect(out / "runs.sqlite")
@@ -57,4 +57,4 @@ def test_sweep_records_provenance_and_a_resume_adds_its_session(tmp_path, monkey
     assert again["sessions"] == [*first["sessions"], {**other, "resume": True, "completed_before": 2}]
     assert {k: v for k, v in again.items() if k != "sessions"} == {k: v for k, v in first.items() if k != "sessions"}
     md = (out / "report.md").read_text()
-    assert "session 2 (--resume): wadiloco-sim 9.9.9-test, git not a git checkout, 2 runs stored before" in md
+    assert "invocation 2 (--resume): wadiloco-sim 9.9.9-test, git not a git checkout, 2 runs stored before" in md
