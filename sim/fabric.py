@@ -36,7 +36,7 @@ import simpy
 from wadiloco.models.engine._fast import fabric_core as core
 
 # Links and jobs, and the per-change work over them (compiled with the serving core: models.network.fairshare)
-Link, Job, fair_share = core.Link, core.Job, core.fair_share
+Link, Job, Filling = core.Link, core.Job, core.Filling
 
 INF = math.inf
 EPS = 1e-12
@@ -68,6 +68,7 @@ class Fabric:
         # and the links each crosses, lk[off[j]:off[j + 1]] (models.network.fairshare).
         self._w, self._mr, self._rem, self._rate, self._fin = (array("d") for _ in range(5))
         self._lk, self._off = array("q"), array("q", [0])
+        self._filling = Filling()  # (its working arrays, kept from one re-allocation to the next)
         # Each job's serial number (in the order jobs started, so increasing in job order and along
         # every link's `jobs`): a job's place is found by bisection, not by a scan of thousands.
         self._serial: dict[Job, int] = {}
@@ -249,7 +250,7 @@ class Fabric:
                 self._peak[link.idx] = r / cap
             self._fin[0] = nxt = core.due(r, self._rem[0], now)
         elif jobs:
-            fair_share(self._cap, self._lk, self._off, self._w, self._mr, self._rate, self._peak)
+            self._filling.share(self._cap, self._lk, self._off, self._w, self._mr, self._rate, self._peak)
             nxt = core.finishes(self._rate, self._rem, self._fin, now)
         if self.check:
             self.assert_capacities()

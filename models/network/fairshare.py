@@ -166,47 +166,72 @@ def fair_share(cap, lk, off, weight, max_rate, rate, peak) -> None:
     """Job j (of n = len(weight)) crosses links lk[off[j]:off[j + 1]]. Sets rate[j], and raises
     peak[l] to the load (allocated rate over capacity, the jobs' rates summed in job order) of each
     limited link l a job crosses."""
-    f = Filling.__new__(Filling)
-    f.setup(cap, lk, off, weight, max_rate, rate)
-    f.run()
-    f.peaks(peak)
+    Filling().share(cap, lk, off, weight, max_rate, rate, peak)
+
+
+def _zeros(code: str, size: int) -> array:
+    return array(code, bytes(array(code).itemsize * size))
 
 
 class Filling:
-    """One progressive filling. Per link (by index): its capacity left, weight sum (exact, or an upper
-    bound), the level it waits at in the heap (exact, or a lower bound), its first unfrozen crossing
-    and next free slot in the crossing lists (job `cj[e]` at `lk[ct[e]]`, grouped by link in job
-    order), its place in the heap. The link heap holds each link with unfrozen jobs once, by (level,
+    """One progressive filling at a time, its working arrays kept from one to the next (a fabric keeps
+    one: a re-allocation allocates nothing). Per link (by index): its capacity left, weight sum (exact,
+    or an upper bound), the level it waits at in the heap (exact, or a lower bound), its first unfrozen
+    crossing and next free slot in the crossing lists (job `cj[e]` at `lk[ct[e]]`, grouped by link in
+    job order), its place in the heap. The link heap holds each link with unfrozen jobs once, by (level,
     first unfrozen crossing); the cap heap the capped jobs by (max_rate / weight, job)."""
 
     __slots__ = ("cap", "lk", "off", "weight", "max_rate", "rate", "n", "k", "crossed", "head", "tail", "cj", "ct")
     __slots__ += ("left", "wsum", "lvl", "exact", "mark", "touched", "frozen", "heap", "at", "hn", "cv", "cjob")
     __slots__ += ("cn", "nd", "rnd")
 
+    def __init__(self) -> None:
+        self.room(1, 1, 1, True)
+
+    def room(self, m: int, nt: int, n: int, fresh: bool = False) -> None:
+        """Arrays for m links, nt crossings and n jobs (grown to twice what is asked when short)."""
+        if fresh or len(self.head) < m:
+            m *= 2
+            self.head, self.tail, self.crossed = _zeros("q", m), _zeros("q", m), _zeros("q", m)
+            self.mark = _zeros("q", m)  # the last round a job of the link froze in
+            self.touched = _zeros("q", m)  # this round's such links
+            self.heap, self.at = _zeros("q", m), _zeros("q", m)
+            self.left, self.wsum, self.lvl = _zeros("d", m), _zeros("d", m), _zeros("d", m)
+            self.exact = _zeros("b", m)  # whether wsum[x] is its unfrozen jobs' sum (else an upper bound)
+        if fresh or len(self.cj) < nt:
+            nt *= 2
+            self.cj, self.ct = _zeros("q", nt), _zeros("q", nt)
+        if fresh or len(self.cjob) < n:
+            n *= 2
+            self.cjob, self.cv, self.frozen = _zeros("q", n), _zeros("d", n), _zeros("b", n)
+
+    def share(self, cap, lk, off, weight, max_rate, rate, peak) -> None:
+        """fair_share's work, in this filling's arrays. It lets go of the caller's arrays when done
+        (a fabric's grow between re-allocations, and an array seen through a view cannot)."""
+        self.setup(cap, lk, off, weight, max_rate, rate)
+        self.run()
+        self.peaks(peak)
+        self.cap = self.weight = self.max_rate = self.rate = None
+        self.lk = self.off = None
+
     def setup(self, cap, lk, off, weight, max_rate, rate) -> None:
-        n, m, nt = len(weight), len(cap), off[len(weight)] - off[0]
+        n, m = len(weight), len(cap)
+        self.room(m, off[n] - off[0], n)
         self.cap, self.lk, self.off, self.weight, self.max_rate, self.rate = cap, lk, off, weight, max_rate, rate
         self.n = n
-        q, d = array("q", bytes(8 * (7 * m + 2 * nt + n))), array("d", bytes(8 * (3 * m + n)))
-        b = array("b", bytes(m + n))
-        self.head, self.tail, self.crossed = q[:m], q[m : 2 * m], q[2 * m : 3 * m]
-        self.mark = q[3 * m : 4 * m]  # the last round a job of the link froze in
-        self.touched = q[4 * m : 5 * m]  # this round's such links
-        self.heap, self.at = q[5 * m : 6 * m], q[6 * m : 7 * m]
-        self.cj, self.ct = q[7 * m : 7 * m + nt], q[7 * m + nt : 7 * m + 2 * nt]
-        self.cjob = q[7 * m + 2 * nt :]
-        self.left, self.wsum, self.lvl, self.cv = d[:m], d[m : 2 * m], d[2 * m : 3 * m], d[3 * m :]
         for x in range(m):
             self.left[x] = cap[x]
-        self.exact = b[:m]  # whether wsum[x] is its unfrozen jobs' sum (else an upper bound)
-        self.frozen = b[m:]
+            self.mark[x] = 0
+        for j in range(n):
+            self.frozen[j] = 0
         self.hn = self.cn = self.nd = self.rnd = 0
         self.group()
         self.heaps()
 
     def group(self) -> None:
-        """The links crossed, in first-crossing order (`crossed[:k]`), and their crossings by link."""
-        lk, off, head, tail = self.lk, self.off, self.head, self.tail
+        """The links crossed, in first-crossing order (`crossed[:k]`), their crossings by link, and
+        their weight sums (each link's jobs' weights added in job order, from 0.0)."""
+        lk, off, head, tail, wsum = self.lk, self.off, self.head, self.tail, self.wsum
         cnt = self.mark  # (zero until the first round)
         k = 0
         for t in range(off[0], off[self.n]):
@@ -221,25 +246,24 @@ class Filling:
             head[x] = tail[x] = pos
             pos += cnt[x]
             cnt[x] = 0
+            wsum[x] = 0.0
         self.k = k
         for j in range(self.n):
+            w = self.weight[j]
             for t in range(off[j], off[j + 1]):
                 x = lk[t]
                 e = tail[x]
                 self.cj[e] = j
                 self.ct[e] = t
                 tail[x] = e + 1
+                wsum[x] = wsum[x] + w
 
     def heaps(self) -> None:
         """Every crossed link at its level, every capped job at max_rate / weight."""
         for i in range(self.k):
             x = self.crossed[i]
-            s = 0.0
-            for e in range(self.head[x], self.tail[x]):
-                s = s + self.weight[self.cj[e]]
-            self.wsum[x] = s
             self.exact[x] = 1
-            self.lvl[x] = self.left[x] / s
+            self.lvl[x] = self.left[x] / self.wsum[x]
             self.heap[i], self.at[x] = x, i
         self.hn = self.k
         for i in range(self.hn // 2 - 1, -1, -1):

@@ -138,6 +138,17 @@ ARRAY_JOB = st.tuples(
 )
 
 
+def arrays_of(jobs):
+    """(lk, off, weight, max_rate) of ARRAY_JOB tuples, as a fabric keeps them."""
+    from array import array
+
+    lk = array("q", [i for lks, _, _ in jobs for i in lks])
+    off = array("q", [0])
+    for lks, _, _ in jobs:
+        off.append(off[-1] + len(lks))
+    return lk, off, array("d", [j[1] for j in jobs]), array("d", [j[2] for j in jobs])
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(CAPS, min_size=5, max_size=5), st.lists(ARRAY_JOB, min_size=0, max_size=12))
 def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
@@ -148,17 +159,35 @@ def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
     from wadiloco.models.engine import _fast as core
     from wadiloco.models.network import fairshare
 
-    lk = array("q", [i for lks, _, _ in jobs for i in lks])
-    off = array("q", [0])
-    for lks, _, _ in jobs:
-        off.append(off[-1] + len(lks))
-    w, mr = array("d", [j[1] for j in jobs]), array("d", [j[2] for j in jobs])
+    lk, off, w, mr = arrays_of(jobs)
     out = []
     for fs in (core.fair_share, fairshare.fair_share):
         rate, peak = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(link_caps))
         fs(array("d", link_caps), lk, off, w, mr, rate, peak)
         out.append((rate.tolist(), peak.tolist()))
     assert out[0] == out[1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(CAPS, min_size=1, max_size=7), st.lists(ARRAY_JOB, max_size=12)), max_size=6))
+def test_a_kept_filling_is_a_fresh_one(problems):
+    """A fabric's one Filling, used call after call on fabrics of other sizes (its arrays grow and
+    keep what the last call left), gives what a fresh one gives, and lets go of the caller's arrays."""
+    from array import array
+
+    from wadiloco.models.engine import _fast as core
+
+    kept = core.fabric_core.Filling()
+    for caps, jobs in problems:
+        jobs = [(tuple(i % len(caps) for i in lks), w, mr) for lks, w, mr in jobs]
+        lk, off, w, mr = arrays_of(jobs)
+        out = []
+        for share in (kept.share, core.fair_share):
+            rate, peak = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(caps))
+            share(array("d", caps), lk, off, w, mr, rate, peak)
+            out.append((rate.tolist(), peak.tolist()))
+        assert out[0] == out[1]
+        w.append(1.0)  # (no view of it is left behind)
 
 
 def test_a_job_on_another_fabrics_link_is_refused():

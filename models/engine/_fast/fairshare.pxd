@@ -22,42 +22,45 @@ cdef class Job:
 cpdef double due(double rate, double remaining, double now)
 
 @cython.locals(j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, r=cython.double)
-cpdef advance(double[:] rem, double[:] rate, long long[:] lk, long long[:] off, double[:] used, double dt)
+cpdef advance(double[::1] rem, double[::1] rate, long long[::1] lk, long long[::1] off, double[::1] used, double dt)
 
 @cython.locals(j=cython.Py_ssize_t, f=cython.double, nxt=cython.double)
-cpdef double finishes(double[:] rate, double[:] rem, double[:] fin, double now) except? -1.0
+cpdef double finishes(double[::1] rate, double[::1] rem, double[::1] fin, double now) except? -1.0
 
 @cython.locals(j=cython.Py_ssize_t)
-cpdef list due_by(double[:] fin, double until)
+cpdef list due_by(double[::1] fin, double until)
 
 @cython.locals(j=cython.Py_ssize_t)
-cpdef shift(long long[:] off, Py_ssize_t i, long long d)
+cpdef shift(long long[::1] off, Py_ssize_t i, long long d)
 
-@cython.locals(f=Filling)
-cpdef fair_share(double[:] cap, long long[:] lk, long long[:] off, double[:] weight, double[:] max_rate,
-                 double[:] rate, double[:] peak)
+cpdef fair_share(double[::1] cap, long long[::1] lk, long long[::1] off, double[::1] weight,
+                 double[::1] max_rate, double[::1] rate, double[::1] peak)
 
 
 cdef class Filling:
-    cdef double[:] cap, weight, max_rate, rate, left, wsum, lvl, cv
-    cdef long long[:] lk, off, crossed, head, tail, cj, ct, mark, touched, heap, at, cjob
-    cdef signed char[:] exact, frozen
+    cdef double[::1] cap, weight, max_rate, rate, left, wsum, lvl, cv
+    cdef long long[::1] lk, off, crossed, head, tail, cj, ct, mark, touched, heap, at, cjob
+    cdef signed char[::1] exact, frozen
     cdef Py_ssize_t n, k, hn, cn, nd
     cdef long long rnd
 
-    @cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, nt=cython.Py_ssize_t, q=cython.longlong[:],
-                   d=cython.double[:], b=cython.schar[:], x=cython.Py_ssize_t)
-    cdef setup(self, double[:] cap, long long[:] lk, long long[:] off, double[:] weight, double[:] max_rate,
-               double[:] rate)
+    cpdef room(self, Py_ssize_t m, Py_ssize_t nt, Py_ssize_t n, bint fresh=*)
 
-    @cython.locals(lk=cython.longlong[:], off=cython.longlong[:], head=cython.longlong[:],
-                   tail=cython.longlong[:], cnt=cython.longlong[:], k=cython.Py_ssize_t, t=cython.longlong,
-                   x=cython.longlong, i=cython.Py_ssize_t, pos=cython.longlong, j=cython.Py_ssize_t,
-                   e=cython.longlong)
+    cpdef share(self, double[::1] cap, long long[::1] lk, long long[::1] off, double[::1] weight,
+                double[::1] max_rate, double[::1] rate, double[::1] peak)
+
+    @cython.locals(n=cython.Py_ssize_t, m=cython.Py_ssize_t, x=cython.Py_ssize_t, j=cython.Py_ssize_t)
+    cdef setup(self, double[::1] cap, long long[::1] lk, long long[::1] off, double[::1] weight,
+               double[::1] max_rate, double[::1] rate)
+
+    @cython.locals(lk=cython.longlong[::1], off=cython.longlong[::1], head=cython.longlong[::1],
+                   tail=cython.longlong[::1], cnt=cython.longlong[::1], wsum=cython.double[::1],
+                   k=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, i=cython.Py_ssize_t,
+                   pos=cython.longlong, j=cython.Py_ssize_t, e=cython.longlong, w=cython.double)
     cdef void group(self) noexcept
 
-    @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, s=cython.double, e=cython.longlong,
-                   j=cython.Py_ssize_t, c=cython.double, cn=cython.Py_ssize_t)
+    @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, j=cython.Py_ssize_t, c=cython.double,
+                   cn=cython.Py_ssize_t)
     cdef void heaps(self) noexcept
 
     @cython.locals(n_pend=cython.Py_ssize_t, first=cython.Py_ssize_t, best=cython.double,
@@ -75,9 +78,9 @@ cdef class Filling:
     @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, h=cython.longlong)
     cdef void rebound(self) noexcept
 
-    @cython.locals(load=cython.double[:], lk=cython.longlong[:], off=cython.longlong[:], i=cython.Py_ssize_t,
-                   j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, y=cython.double)
-    cpdef peaks(self, double[:] peak)
+    @cython.locals(load=cython.double[::1], lk=cython.longlong[::1], off=cython.longlong[::1],
+                   i=cython.Py_ssize_t, j=cython.Py_ssize_t, t=cython.longlong, x=cython.longlong, y=cython.double)
+    cpdef peaks(self, double[::1] peak)
 
     @cython.locals(x=cython.longlong, y=cython.longlong)
     cdef bint less(self, Py_ssize_t a, Py_ssize_t b) noexcept
@@ -94,5 +97,5 @@ cdef class Filling:
     @cython.locals(i=cython.Py_ssize_t, y=cython.longlong)
     cdef void remove(self, long long x) noexcept
 
-    @cython.locals(cv=cython.double[:], cj=cython.longlong[:], cn=cython.Py_ssize_t, c=cython.Py_ssize_t)
+    @cython.locals(cv=cython.double[::1], cj=cython.longlong[::1], cn=cython.Py_ssize_t, c=cython.Py_ssize_t)
     cdef void cdown(self, Py_ssize_t i) noexcept
