@@ -77,6 +77,12 @@ class Fabric:
         self._batched = 0  # open `batch` blocks
         self._touched: list[Link] | None = None  # in a batch: the links whose jobs changed (None: none did)
 
+    @property
+    def usage(self) -> array:
+        """Every link's `used` (capacity-units x s allocated so far), by Link.idx, as of the last
+        `advance`: the array itself, to be read, not written."""
+        return self._used
+
     def link(self, name: str, capacity: float) -> Link:
         lk = Link(name, capacity)
         lk.fabric = self
@@ -213,7 +219,8 @@ class Fabric:
         del self.jobs[i], self._w[i], self._mr[i], self._rem[i], self._rate[i], self._fin[i], self._seq[i]
         a, b = self._off[i], self._off[i + 1]
         del self._lk[a:b], self._off[i + 1]
-        core.shift(self._off, i + 1, a - b)
+        if i + 1 < len(self._off):  # (jobs after it)
+            core.shift(self._off, i + 1, a - b)
         serial, key = self._serial[job], self._serial.__getitem__
         for lk in job.links:  # (its first entry there: a link it crosses twice holds it twice)
             del lk.jobs[bisect_left(lk.jobs, serial, key=key)]
@@ -228,7 +235,7 @@ class Fabric:
         between re-allocations, so this changes no result; an observer calls it before reading)."""
         now = self.env.now
         dt = now - self._t
-        if dt > 0:
+        if dt > 0 and self.jobs:  # (an empty fabric has nothing to bring up)
             core.advance(self._rem, self._rate, self._lk, self._off, self._used, dt)
         self._t = now
 

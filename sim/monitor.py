@@ -40,13 +40,14 @@ BULK_ROWS = 32  # lazy rows filled at once by sorted searches rather than row by
 
 
 def _utilisation(rows: list[list]) -> float:
-    """The busiest link's share of capacity used since the last sample; each row is [link,
-    capacity-seconds per bin, its `used` at the last sample], updated in place."""
+    """The busiest link's share of capacity used since the last sample; each row is [its fabric's
+    `usage`, the link's index there, capacity-seconds per bin, its `used` at the last sample],
+    updated in place."""
     best = 0.0
     for row in rows:
-        used = row[0].used
-        x = (used - row[2]) / row[1]
-        row[2] = used
+        used = row[0][row[1]]
+        x = (used - row[3]) / row[2]
+        row[3] = used
         if x > best:
             best = x
     return best
@@ -161,8 +162,9 @@ class Monitor:
     def _link_rows(self) -> tuple[list[list], list[list]]:
         """The rows `_utilisation` reads: only limited links count (an unlimited one is never busy)."""
         net, bin_s = self.res.net, self.bin_s
-        wan_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("wan", "nic") if not lk.unlimited]
-        store_u = [[lk, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("storage") if not lk.unlimited]
+        use = net.fabric.usage  # (Link.used, without a property call per link and sample)
+        wan_u = [[use, lk.idx, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("wan", "nic") if not lk.unlimited]
+        store_u = [[use, lk.idx, lk.capacity * bin_s, 0.0] for lk in net.edges_of_kind("storage") if not lk.unlimited]
         return wan_u, store_u
 
     def _run_lazy(self):

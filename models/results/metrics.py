@@ -188,15 +188,21 @@ def violations(r: dict[str, np.ndarray], ttft_slo: float | None, tpot_slo: float
 
 def _pct(x: np.ndarray, *q: float) -> list[float]:
     """Percentiles `q` of the non-NaN values, NaN if there are none: np.percentile's (method linear),
-    bit for bit. np.percentile reads only order statistics, so they are read off a sorted copy (NaNs
-    sort last), where its own partition would only cost (a vectorised sort beats its multi-kth select)."""
-    xs = np.sort(x)
-    k = int(np.searchsorted(xs, np.inf, "right")) if len(xs) and np.isnan(xs[-1]) else len(xs)
-    return sorted_percentiles(xs[:k], q) if k else [float("nan")] * len(q)
+    bit for bit. np.percentile reads only the order statistics at the floor of each virtual index and
+    the next one, so one partition puts those in place (each kth element is the one a sort would put
+    there), a few passes over the array rather than a sort of it."""
+    xs = x[~np.isnan(x)]
+    n = len(xs)
+    if not n:
+        return [float("nan")] * len(q)
+    lo = np.floor((n - 1) * np.true_divide(np.asarray(q, dtype=np.float64), 100)).astype(np.intp)
+    xs.partition(np.unique(np.concatenate([lo, np.minimum(lo + 1, n - 1)])))
+    return sorted_percentiles(xs, q)
 
 
 def sorted_percentiles(xs: np.ndarray, q) -> list[float]:
-    """np.percentile(xs, q) (q in [0, 100]) of a sorted, NaN-free, non-empty xs: numpy's linear
+    """np.percentile(xs, q) (q in [0, 100]) of a sorted, NaN-free, non-empty xs (or one whose order
+    statistics at each virtual index's floor and the next are in place: `_pct`): numpy's linear
     method step for step (numpy.lib._function_base_impl: the virtual index (n - 1) q / 100, its floor
     and the next order statistic, both the last one past the end, and `_lerp`, which interpolates
     from the nearer one).

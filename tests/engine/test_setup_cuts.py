@@ -101,10 +101,13 @@ def test_percentiles_in_one_call_equal_one_call_each():
         if n % 2:  # ties and infinities (a sorted copy puts NaN after +inf)
             x[rng.random(n) < 0.2] = 1.0
             x[rng.random(n) < 0.05] = np.inf
+        x0 = x.copy()
         kept = x[~np.isnan(x)]
-        got = M._pct(x, 50, 95, 99)
-        want = [float(np.percentile(kept, q)) if len(kept) else math.nan for q in (50, 95, 99)]
-        assert [g if g == g else None for g in got] == [w if w == w else None for w in want]
+        for qs in ((50, 95, 99), (0.0, 100.0, float(rng.uniform(0, 100))), (100.0,)):
+            got = M._pct(x, *qs)  # (its order statistics put in place by a partition, not a sort)
+            want = [float(np.percentile(kept, q)) if len(kept) else math.nan for q in qs]
+            assert [g if g == g else None for g in got] == [w if w == w else None for w in want]
+            assert np.array_equal(x, x0, equal_nan=True)  # (the column is left as it was)
     assert all(math.isnan(v) for v in M._pct(np.array([np.nan]), 50, 95))
 
 

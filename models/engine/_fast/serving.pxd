@@ -136,7 +136,7 @@ cdef class EngineState:
     @cython.locals(px=PrefixCache, kv=KVPool)
     cdef _v1(self, bint lag, long long max_len, double patience, bint pooled)
 
-    cdef void _run(self, long long rid) except *
+    cdef int _run(self, long long rid) except -1
 
     @cython.locals(kv=KVPool)
     cpdef bint _gone(self, long long rid, double now) except? True
@@ -177,11 +177,11 @@ cdef class Steps:
 
     @cython.locals(st=EngineState, k=cython.longlong, m=cython.longlong, end=cython.double, n_dec=cython.longlong,
                    diter=cython.longlong, sum_ctx=cython.longlong)
-    cdef inline void _book(self)
+    cdef inline int _book(self) except -1
 
     @cython.locals(st=EngineState, sg=cython.double, sdg=cython.double, sh=cython.double, n_dec=cython.longlong,
                    k=cython.longlong, span=cython.double, gap=cython.double)
-    cdef inline void _time(self, double now, long long i)
+    cdef inline int _time(self, double now, long long i) except -1
 
     @cython.locals(st=EngineState, i=cython.longlong, r=cython.double)
     cdef int _idle(self, double now, double until, bint busy) except -2
