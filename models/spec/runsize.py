@@ -19,7 +19,7 @@ case per driver; tests/spec/test_runsize.py holds each count to 0.8-1.25x of the
   oversubscription law's rate (models.training.host) while more threads are runnable than cores:
   8 events and 300 bytes each;
 - KV flows (disagg:, remote_kv:): hand-offs and fetches over the network fabric, 4 events each plus
-  1/100 event per flow in flight at each of their two re-allocations (models.network.fairshare); the
+  1/200 event per flow in flight at each of their two re-allocations (models.network.fairshare); the
   flows in flight come from a processor-sharing queue at the link each binds on, and a link offered
   more than it carries holds a backlog that grows for the whole horizon ("a backlog grows": a fluid
   processor-sharing queue over the flows' sizes, where the small ones finish and the large ones
@@ -47,7 +47,7 @@ from wadiloco.models.engine.laws import law_of
 from wadiloco.models.spec.run import RunSpec
 
 BASE_BYTES = 100e6  # the interpreter, numpy, pandas and the simulator's code
-FLOW_EVENTS = 0.01  # a re-allocation's cost per flow in flight (C loops over arrays: ~100 ns)
+FLOW_EVENTS = 0.005  # a re-allocation's cost per flow in flight (C loops over arrays: ~50 ns)
 LOOKUP_EVENTS = 0.1  # a remote-KV prefix-cache lookup (one sidecar's cache, for one arriving request)
 ROUTE_EVENTS = 0.05  # a router reading one sidecar for one request
 
