@@ -138,15 +138,25 @@ ARRAY_JOB = st.tuples(
 )
 
 
-def arrays_of(jobs):
-    """(lk, off, weight, max_rate) of ARRAY_JOB tuples, as a fabric keeps them."""
+def shares(fns, caps, jobs) -> list[tuple[list, list]]:
+    """(rates, peak loads) that each fair-share function gives ARRAY_JOB tuples on links of `caps`,
+    from arrays as a fabric keeps them; each function's arrays grow after it ran (a view of them left
+    behind would refuse)."""
     from array import array
 
-    lk = array("q", [i for lks, _, _ in jobs for i in lks])
-    off = array("q", [0])
-    for lks, _, _ in jobs:
-        off.append(off[-1] + len(lks))
-    return lk, off, array("d", [j[1] for j in jobs]), array("d", [j[2] for j in jobs])
+    out = []
+    for fs in fns:
+        lk = array("q", [i for lks, _, _ in jobs for i in lks])
+        off = array("q", [0])
+        for lks, _, _ in jobs:
+            off.append(off[-1] + len(lks))
+        w, mr = array("d", [j[1] for j in jobs]), array("d", [j[2] for j in jobs])
+        rate, peak, cap = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(caps)), array("d", caps)
+        fs(cap, lk, off, w, mr, rate, peak)
+        out.append((rate.tolist(), peak.tolist()))
+        for a in (cap, lk, off, w, mr, rate, peak):
+            a.append(0)
+    return out
 
 
 @settings(max_examples=300, deadline=None)
@@ -154,18 +164,11 @@ def arrays_of(jobs):
 def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
     """models.engine._fast's fair_share (compiled when the core is) against models/network/fairshare.py run as Python,
     on any input it accepts: a job may cross no link or one link twice."""
-    from array import array
-
     from wadiloco.models.engine import _fast as core
     from wadiloco.models.network import fairshare
 
-    lk, off, w, mr = arrays_of(jobs)
-    out = []
-    for fs in (core.fair_share, fairshare.fair_share):
-        rate, peak = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(link_caps))
-        fs(array("d", link_caps), lk, off, w, mr, rate, peak)
-        out.append((rate.tolist(), peak.tolist()))
-    assert out[0] == out[1]
+    compiled, pure = shares((core.fair_share, fairshare.fair_share), link_caps, jobs)
+    assert compiled == pure
 
 
 @settings(max_examples=100, deadline=None)
@@ -173,21 +176,13 @@ def test_compiled_fair_share_is_the_pure_one(link_caps, jobs):
 def test_a_kept_filling_is_a_fresh_one(problems):
     """A fabric's one Filling, used call after call on fabrics of other sizes (its arrays grow and
     keep what the last call left), gives what a fresh one gives, and lets go of the caller's arrays."""
-    from array import array
-
     from wadiloco.models.engine import _fast as core
 
     kept = core.fabric_core.Filling()
     for caps, jobs in problems:
         jobs = [(tuple(i % len(caps) for i in lks), w, mr) for lks, w, mr in jobs]
-        lk, off, w, mr = arrays_of(jobs)
-        out = []
-        for share in (kept.share, core.fair_share):
-            rate, peak = array("d", [-1.0] * len(jobs)), array("d", [0.25] * len(caps))
-            share(array("d", caps), lk, off, w, mr, rate, peak)
-            out.append((rate.tolist(), peak.tolist()))
-        assert out[0] == out[1]
-        w.append(1.0)  # (no view of it is left behind)
+        got, fresh = shares((kept.share, core.fair_share), caps, jobs)
+        assert got == fresh
 
 
 def test_a_job_on_another_fabrics_link_is_refused():
